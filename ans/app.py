@@ -1,0 +1,154 @@
+"""The ASGI application served by hypercorn (HTTP/2, h2c, HTTP/1.1).
+
+Routes an AGTP method (``:method DISCOVER`` on any path, or ``POST /agtp``
+with ``AGTP-Method``) to :class:`AnsService`, plus ``GET
+/.well-known/jwks.json`` and ``GET /healthz``. Every failure becomes a typed
+AGTP error body; unexpected exceptions become a 500 with no traceback on the
+wire (the traceback goes to the operational log).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import orjson
+import structlog
+
+from ans.protocol.binding import agtp_method, header_map, response_headers
+from ans.protocol.errors import (
+    AgtpError,
+    BodyTooLarge,
+    NotFound,
+    ServerError,
+    UnsupportedMethod,
+)
+from ans.protocol.messages import (
+    SUPPORTED_METHODS,
+    encode_error,
+    encode_result,
+    parse_activate,
+    parse_describe,
+    parse_discover,
+    task_id_hint,
+)
+from ans.protocol.status import AGTP_SPECIFIC
+
+from .service import AnsService
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+log = structlog.get_logger("ans.app")
+JSON_HEADERS = [(b"content-type", b"application/json"), (b"cache-control", b"max-age=300")]
+
+
+class AnsApp:
+    def __init__(self, service: AnsService) -> None:
+        self.service = service
+        self.server_agent_id = service.config.agent_id
+        self._jwks_body = orjson.dumps(service.jwks())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        task_id: str | None = None
+        try:
+            headers = header_map(scope["headers"])
+            task_id = task_id_hint(headers)
+            method = agtp_method(scope["method"], scope["path"], headers)
+            if method is None:
+                await self._http(scope, send)
+                return
+            body = await self._read_body(receive, headers)
+            status, payload = await self._agtp(method, headers, body)
+            await self._send(send, status, task_id_of(payload, task_id), orjson.dumps(payload))
+        except AgtpError as exc:
+            if exc.status in AGTP_SPECIFIC:
+                log.info("governance signal", status=exc.status, code=exc.code)
+            await self._send(send, exc.status, task_id,
+                             encode_error(exc.status, task_id, exc.code, exc.message))
+        except Exception:
+            log.exception("unhandled error", path=scope.get("path"), method=scope.get("method"))
+            err = ServerError("internal error; see the server log")
+            await self._send(send, err.status, task_id,
+                             encode_error(err.status, task_id, err.code, err.message))
+
+    async def _agtp(self, method: str, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, Any]]:
+        svc = self.service
+        if method == "DISCOVER":
+            req = parse_discover(headers, body, svc.limits)
+            result = svc.discover(req)
+            return 200, {"status": 200, "task_id": req.task_id, "result": result}
+        if method == "DESCRIBE":
+            dreq = parse_describe(headers, body, svc.limits)
+            return 200, {"status": 200, "task_id": dreq.task_id, "result": svc.describe(dreq)}
+        if method == "ACTIVATE":
+            areq = parse_activate(headers, body, svc.limits)
+            result = await asyncio.to_thread(svc.activate, areq)
+            return 200, {"status": 200, "task_id": areq.task_id, "result": result}
+        raise UnsupportedMethod(
+            f"method {method[:32]!r} is not served here; supported: {', '.join(SUPPORTED_METHODS)}"
+        )
+
+    async def _http(self, scope: Scope, send: Send) -> None:
+        path = scope["path"]
+        if scope["method"] in ("GET", "HEAD"):
+            if path == "/.well-known/jwks.json":
+                await self._raw(send, 200, JSON_HEADERS, self._jwks_body)
+                return
+            if path == "/healthz":
+                body = orjson.dumps({"status": "ok", "agents": len(self.service)})
+                await self._raw(send, 200, [(b"content-type", b"application/json")], body)
+                return
+        raise NotFound(f"{scope['method']} {path[:100]} is not an ANS resource; send an AGTP method")
+
+    async def _read_body(self, receive: Receive, headers: dict[str, str]) -> bytes:
+        limit = self.service.limits.max_body_bytes
+        declared = headers.get("content-length")
+        if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+            raise BodyTooLarge(f"body is {int(declared)} bytes; the limit is {limit}")
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLarge(f"body exceeds the limit of {limit} bytes")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+    async def _send(self, send: Send, status: int, task_id: str | None, body: bytes) -> None:
+        headers = response_headers(status, task_id, self.server_agent_id)
+        await self._raw(send, status, headers, body)
+
+    @staticmethod
+    async def _raw(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+def task_id_of(payload: dict[str, Any], fallback: str | None) -> str | None:
+    tid = payload.get("task_id")
+    return tid if isinstance(tid, str) else fallback

@@ -1,0 +1,264 @@
+"""The ``ans`` command line: serve, discover, activate, and governance
+helpers (keygen, sign-manifest) so operators and tests can act as a
+governance platform.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from .config import ConfigError
+
+DEFAULT_SERVER = "http://127.0.0.1:4480"
+
+
+def _add_identity(p: argparse.ArgumentParser, scope: str) -> None:
+    p.add_argument("--server", default=os.environ.get("ANS_SERVER", DEFAULT_SERVER),
+                   help=f"ANS base URL (default {DEFAULT_SERVER}; env ANS_SERVER)")
+    p.add_argument("--agent-id", default="agtp://localhost/agents/ans-cli", help="Agent-ID header")
+    p.add_argument("--principal-id", default=None, help="Principal-ID header (default: $USER)")
+    p.add_argument("--scope", default=scope, help=f"Authority-Scope header (default {scope!r})")
+    p.add_argument("--cacert", default=None, help="CA bundle for https servers")
+    p.add_argument("--timeout", type=float, default=10.0)
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="ans", description="ANS, the AGTP Agent Name Service")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("serve", help="run the ANS server")
+    s.add_argument("--listen", help="HOST:PORT (default 127.0.0.1:4480; port 0 picks a free one)")
+    s.add_argument("--data-dir", type=Path, help="where the registry, keys and audit log live")
+    s.add_argument("--governance-jwks", type=Path, action="append",
+                   help="JWKS file of trusted governance-platform keys (repeatable)")
+    s.add_argument("--config", type=Path, help="TOML configuration file")
+    s.add_argument("--demo", action="store_true", default=None,
+                   help="register the demo catalog (signed by a generated demo governance key)")
+    s.add_argument("--log-format", choices=["console", "json"])
+    s.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+
+    d = sub.add_parser("discover", help="send DISCOVER and print a verified, ranked table")
+    d.add_argument("intent", help="natural-language description of the needed capability")
+    _add_identity(d, "discovery:query")
+    d.add_argument("--trust-tier-min", type=int)
+    d.add_argument("--behavioral-trust-min", type=float)
+    d.add_argument("--zone", dest="governance_zone")
+    d.add_argument("--org-domain")
+    d.add_argument("--limit", type=int)
+    d.add_argument("--domains", help="capability_domains, comma-separated (e.g. tools,examples)")
+    d.add_argument("--scope-negotiate", action="store_true")
+    d.add_argument("--json", action="store_true", help="print the full response body")
+
+    a = sub.add_parser("activate", help="register a signed manifest through ACTIVATE")
+    a.add_argument("manifest", type=Path,
+                   help="JSON file: a signed manifest, or {\"manifest\": ..., \"capabilities\": ...}")
+    a.add_argument("--capabilities", type=Path, help="JSON file with the Capability Document")
+    _add_identity(a, "discovery:register")
+
+    g = sub.add_parser("governance", help="act as a governance platform")
+    gsub = g.add_subparsers(dest="gov_command", required=True)
+    k = gsub.add_parser("keygen", help="generate an ES256 governance key and its public JWKS")
+    k.add_argument("--key", type=Path, required=True, help="private key PEM to write (mode 0600)")
+    k.add_argument("--jwks", type=Path, help="public JWKS to write (default KEY with .jwks.json)")
+    k.add_argument("--kid", help="key id (default: RFC 7638 thumbprint)")
+    sm = gsub.add_parser("sign-manifest", help="sign an Agent Manifest Document (JCS + ES256)")
+    sm.add_argument("manifest", type=Path,
+                    help="JSON file: a manifest, or {\"manifest\": ..., \"capabilities\": ...}")
+    sm.add_argument("--key", type=Path, required=True)
+    sm.add_argument("--kid", help="key id, if the JWKS used a custom one")
+    sm.add_argument("--out", type=Path, help="output file (default stdout)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "serve":
+            return cmd_serve(args)
+        if args.command == "discover":
+            return cmd_discover(args)
+        if args.command == "activate":
+            return cmd_activate(args)
+        if args.command == "governance" and args.gov_command == "keygen":
+            return cmd_keygen(args)
+        return cmd_sign(args)
+    except ConfigError as exc:
+        print(f"ans: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as exc:
+        print(f"ans: {exc}", file=sys.stderr)
+        return 2
+
+
+# -- serve ---------------------------------------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from . import config as config_mod
+    from .server import build_service, configure_logging, serve_forever
+
+    cfg = config_mod.load(
+        args.config, listen=args.listen, data_dir=args.data_dir,
+        governance_jwks=tuple(args.governance_jwks) if args.governance_jwks else None,
+        demo=args.demo, log_format=args.log_format, log_level=args.log_level,
+    )
+    configure_logging(cfg.log_level, cfg.log_format)
+    built = build_service(cfg)
+    if built.demo_key is not None:
+        from .demo import activate_demo
+
+        n = activate_demo(built.service, built.demo_key)
+        print(f"ANS demo catalog: {n} agents activated (demo governance kid {built.demo_key.kid})",
+              flush=True)
+    serve_forever(built.service, cfg)
+    return 0
+
+
+# -- discover / activate ----------------------------------------------------------------
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from .client import AgtpClient
+
+    return AgtpClient(
+        args.server, agent_id=args.agent_id,
+        principal_id=args.principal_id or getpass.getuser() or "cli-user",
+        scope=args.scope, timeout=args.timeout, verify=args.cacert or True,
+    )
+
+
+def _print_error(resp: Any) -> int:
+    err = resp.error or {}
+    print(f"ans: {resp.status} {err.get('code', '?')}: {err.get('message', '')}", file=sys.stderr)
+    return 2
+
+
+def cmd_discover(args: argparse.Namespace) -> int:
+    import httpx
+
+    from ans.governance.keys import KeyError_
+    from ans.protocol.errors import AgtpError
+
+    from .client import verify_discover_result
+
+    params: dict[str, Any] = {"intent": args.intent}
+    for name in ("trust_tier_min", "behavioral_trust_min", "governance_zone", "org_domain", "limit"):
+        value = getattr(args, name)
+        if value is not None:
+            params[name] = value
+    if args.domains:
+        params["capability_domains"] = [d.strip() for d in args.domains.split(",") if d.strip()]
+    if args.scope_negotiate:
+        params["scope_negotiate"] = True
+    try:
+        with _client(args) as client:
+            resp = client.discover(params, task_id="task-cli-discover")
+            if resp.status != 200:
+                return _print_error(resp)
+            jwks = client.jwks()
+    except httpx.HTTPError as exc:
+        print(f"ans: cannot reach {args.server}: {exc}", file=sys.stderr)
+        return 2
+    result = resp.result
+    if args.json:
+        print(json.dumps(resp.body, indent=2, ensure_ascii=False))
+    else:
+        print_table(result)
+    try:
+        kid = verify_discover_result(result, jwks, params)
+    except (AgtpError, KeyError_) as exc:
+        print(f"signature: NOT VERIFIED ({exc})", file=sys.stderr)
+        return 1
+    print(f"signature: verified (ES256, kid {kid}, query_digest matches)")
+    return 0
+
+
+def print_table(result: dict[str, Any]) -> None:
+    rows = [("#", "agent", "tier", "trust", "match", "score", "zone")]
+    for r in result.get("results", []):
+        rows.append((
+            str(r["rank"]), f"{r['agent_label']}@{r['org_domain']}", str(r["trust_tier"]),
+            f"{r['behavioral_trust_score']:.2f}", f"{r['capability_match_score']:.3f}",
+            f"{r.get('rank_score', 0):.3f}", r.get("governance_zone", ""),
+        ))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    print(f"{result.get('returned', 0)} of {result.get('total_matches', 0)} matches "
+          f"(query {result.get('query_id', '?')}, {result.get('generated_at', '')})")
+
+
+def _read_json(path: Path) -> Any:
+    from ans.protocol import jsonstrict
+
+    return jsonstrict.loads(path.read_bytes(), max_bytes=4 * 1024 * 1024)
+
+
+def cmd_activate(args: argparse.Namespace) -> int:
+    import httpx
+
+    doc = _read_json(args.manifest)
+    if isinstance(doc, dict) and "manifest" in doc:
+        params = {"manifest": doc["manifest"], "capabilities": doc.get("capabilities", {})}
+    else:
+        params = {"manifest": doc, "capabilities": {}}
+    if args.capabilities:
+        params["capabilities"] = _read_json(args.capabilities)
+    try:
+        with _client(args) as client:
+            resp = client.call("ACTIVATE", params, task_id="task-cli-activate")
+    except httpx.HTTPError as exc:
+        print(f"ans: cannot reach {args.server}: {exc}", file=sys.stderr)
+        return 2
+    if resp.status != 200:
+        return _print_error(resp)
+    print(json.dumps(resp.result, indent=2))
+    return 0
+
+
+# -- governance helpers --------------------------------------------------------------------
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    from ans.governance.keys import SigningKey
+
+    if args.key.exists():
+        print(f"ans: {args.key} exists; refusing to overwrite a key", file=sys.stderr)
+        return 2
+    key = SigningKey.generate(args.kid)
+    key.save(args.key)
+    jwks_path = args.jwks or args.key.with_suffix(".jwks.json")
+    jwks_path.write_text(json.dumps({"keys": [key.public.jwk()]}, indent=2) + "\n")
+    print(f"kid {key.kid}\nprivate key {args.key} (0600)\npublic JWKS {jwks_path}")
+    return 0
+
+
+def cmd_sign(args: argparse.Namespace) -> int:
+    from ans.governance.keys import SigningKey
+    from ans.governance.signing import sign_document
+
+    key = SigningKey.from_pem(args.key.read_bytes(), args.kid)
+    doc = _read_json(args.manifest)
+    if isinstance(doc, dict) and isinstance(doc.get("manifest"), dict):
+        out: Any = {**doc, "manifest": sign_document(doc["manifest"], key, "signature")}
+    elif isinstance(doc, dict):
+        out = sign_document(doc, key, "signature")
+    else:
+        print("ans: the manifest file must hold a JSON object", file=sys.stderr)
+        return 2
+    text = json.dumps(out, indent=2, ensure_ascii=False) + "\n"
+    if args.out:
+        args.out.write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Configuration: one frozen dataclass, loaded from TOML and CLI flags.
+
+Every policy number that closes a gap in the drafts lives here (ranking
+weights, default and maximum ``limit``, the capability-match floor, body
+size, restricted zones) so that it is documented in one place.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """The configuration is unusable; the CLI prints it and exits 2."""
+
+
+@dataclass(frozen=True, slots=True)
+class RankingWeights:
+    """rank_score = trust_tier*tier_norm + behavioral_trust*score + capability_match*match."""
+
+    name: str = "agtp-discovery-00-default"
+    trust_tier: float = 0.3
+    behavioral_trust: float = 0.4
+    capability_match: float = 0.3
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    # [server]
+    listen: str = "127.0.0.1:4480"
+    tls_certfile: Path | None = None
+    tls_keyfile: Path | None = None
+    keep_alive_max_requests: int = 100_000
+    keep_alive_timeout: float = 300.0
+    # [ans] identity of this server
+    data_dir: Path = Path("ans-data")
+    agent_id: str = "agtp://localhost/agents/ans"
+    agent_label: str = "ans"
+    org_domain: str = "localhost"
+    governance_zone: str = "zone:public"
+    principal_org: str = "ANS operator"
+    # [governance]
+    governance_jwks: tuple[Path, ...] = ()
+    restricted_zones: tuple[str, ...] = ()
+    audit_fsync: bool = False
+    # [discovery]
+    default_limit: int = 10
+    max_limit: int = 100
+    min_capability_match: float = 0.25
+    max_body_bytes: int = 256 * 1024
+    ranking: RankingWeights = field(default_factory=RankingWeights)
+    # [logging]
+    log_level: str = "info"
+    log_format: str = "console"
+    # --demo
+    demo: bool = False
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        host, sep, port = self.listen.rpartition(":")
+        if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ConfigError(f"listen must be HOST:PORT, got {self.listen!r}")
+        return host.strip("[]") or "127.0.0.1", int(port)
+
+    def validate(self) -> Config:
+        self.host_port  # noqa: B018 - raises ConfigError when malformed
+        if not 1 <= self.default_limit <= self.max_limit <= 10_000:
+            raise ConfigError("need 1 <= default_limit <= max_limit <= 10000")
+        if not 0.0 <= self.min_capability_match <= 1.0:
+            raise ConfigError("min_capability_match must be in [0, 1]")
+        if (self.tls_certfile is None) != (self.tls_keyfile is None):
+            raise ConfigError("tls_certfile and tls_keyfile go together")
+        w = self.ranking
+        if min(w.trust_tier, w.behavioral_trust, w.capability_match) < 0 or abs(
+            w.trust_tier + w.behavioral_trust + w.capability_match - 1.0
+        ) > 1e-9:
+            raise ConfigError("ranking weights must be non-negative and sum to 1")
+        for z in self.restricted_zones:
+            if not z.startswith("zone:"):
+                raise ConfigError(f"restricted zone {z!r} must look like 'zone:name'")
+        return self
+
+
+_SECTIONS = {
+    "server": {"listen", "tls_certfile", "tls_keyfile", "keep_alive_max_requests", "keep_alive_timeout"},
+    "ans": {"data_dir", "agent_id", "agent_label", "org_domain", "governance_zone", "principal_org"},
+    "governance": {"governance_jwks", "restricted_zones", "audit_fsync"},
+    "discovery": {"default_limit", "max_limit", "min_capability_match", "max_body_bytes"},
+    "logging": {"log_level", "log_format"},
+}
+_PATHS = {"tls_certfile", "tls_keyfile", "data_dir"}
+
+
+def _coerce(name: str, value: Any, base: Path) -> Any:
+    if name in _PATHS:
+        p = Path(value)
+        return p if p.is_absolute() else base / p
+    if name == "governance_jwks":
+        items = [value] if isinstance(value, str) else list(value)
+        return tuple(Path(v) if Path(v).is_absolute() else base / v for v in items)
+    if name == "restricted_zones":
+        return tuple(value)
+    return value
+
+
+def load(path: Path | None, **overrides: Any) -> Config:
+    """Defaults, then the TOML file (if any), then non-None CLI overrides."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        try:
+            doc = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read config {path}: {exc}") from None
+        base = path.parent
+        for section, body in doc.items():
+            if section == "ranking":
+                try:
+                    values["ranking"] = RankingWeights(**body)
+                except TypeError as exc:
+                    raise ConfigError(f"[ranking]: {exc}") from None
+                continue
+            allowed = _SECTIONS.get(section)
+            if allowed is None or not isinstance(body, dict):
+                raise ConfigError(f"unknown config section [{section}]")
+            for key, value in body.items():
+                if key not in allowed:
+                    raise ConfigError(f"unknown key {key!r} in [{section}]")
+                values[key] = _coerce(key, value, base)
+    known = {f.name for f in fields(Config)}
+    for key, value in overrides.items():
+        if key not in known:
+            raise ConfigError(f"unknown setting {key}")
+        if value is None:
+            continue
+        if key == "governance_jwks":
+            value = tuple(values.get("governance_jwks", ())) + tuple(value)
+        values[key] = value
+    try:
+        cfg = replace(Config(), **values)
+    except TypeError as exc:
+        raise ConfigError(str(exc)) from None
+    return cfg.validate()

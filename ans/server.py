@@ -1,0 +1,157 @@
+"""Wiring and serving: build an :class:`AnsService` from a :class:`Config`
+and serve it with hypercorn (h2c prior knowledge + HTTP/1.1 on plain TCP,
+TLS with ALPN ``h2`` when a certificate is configured).
+
+The listening socket is bound here (``--listen 127.0.0.1:0`` picks a free
+port) and handed to hypercorn as ``fd://``; the bound address is printed on
+stdout as ``ANS listening on http://HOST:PORT`` once the server is ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+from hypercorn.asyncio import serve
+from hypercorn.config import Config as HypercornConfig
+
+from ans.governance.audit import AuditLog
+from ans.governance.keys import SigningKey, TrustedKeys
+
+from .app import AnsApp
+from .config import Config
+from .matcher import Embedder, FaissMatcher, WordLlamaEmbedder
+from .service import AnsService, Clock, utc_now
+from .store import SQLiteStore
+
+SIGNING_KEY_FILE = "ans-signing-key.pem"
+DEMO_GOVERNANCE_KEY_FILE = "demo-governance-key.pem"
+log = structlog.get_logger("ans.server")
+
+
+def configure_logging(level: str = "info", fmt: str = "console") -> None:
+    """Operational logs (structlog) go to stderr; the audit log is separate."""
+    lvl = getattr(logging, level.upper(), logging.INFO)
+    logging.basicConfig(level=lvl, stream=sys.stderr, format="%(message)s")
+    logging.getLogger("faiss.loader").setLevel(logging.WARNING)
+    renderer: structlog.typing.Processor = (
+        structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(lvl),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+
+
+@dataclass
+class Built:
+    service: AnsService
+    demo_key: SigningKey | None
+
+
+def build_service(
+    config: Config, *, embedder: Embedder | None = None, clock: Clock = utc_now
+) -> Built:
+    """Open the store, keys, audit log and index; rebuild the registry."""
+    data = config.data_dir
+    data.mkdir(parents=True, exist_ok=True)
+    signing_key = SigningKey.load_or_create(data / SIGNING_KEY_FILE)
+    trusted = TrustedKeys()
+    for path in config.governance_jwks:
+        for kid in (loaded := TrustedKeys.load_jwks_file(Path(path))).kids():
+            key = loaded.get(kid)
+            assert key is not None
+            trusted.add(key)
+    demo_key = None
+    if config.demo:
+        demo_key = SigningKey.load_or_create(data / DEMO_GOVERNANCE_KEY_FILE)
+        trusted.add(demo_key.public)
+    import faiss
+
+    faiss.omp_set_num_threads(1)  # one request = one core; the event loop is the parallelism
+    service = AnsService(
+        config=config,
+        store=SQLiteStore(data / "registry.sqlite3"),
+        matcher=FaissMatcher(embedder or WordLlamaEmbedder()),
+        signing_key=signing_key,
+        governance_keys=trusted,
+        audit=AuditLog(data / "audit.jsonl", clock, fsync=config.audit_fsync),
+        clock=clock,
+    )
+    n = service.load()
+    log.info("registry loaded", agents=n, data_dir=str(data), signing_kid=signing_key.kid,
+             trusted_governance_keys=trusted.kids())
+    return Built(service, demo_key)
+
+
+def bind_socket(config: Config) -> socket.socket:
+    host, port = config.host_port
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    sock.set_inheritable(True)
+    return sock
+
+
+def hypercorn_config(config: Config, sock: socket.socket) -> HypercornConfig:
+    hc = HypercornConfig()
+    hc.bind = [f"fd://{sock.fileno()}"]
+    # AGTP sessions are long-lived: orchestrators and peers keep one HTTP/2
+    # connection for many requests, so allow many before hypercorn recycles it.
+    hc.keep_alive_max_requests = config.keep_alive_max_requests
+    hc.keep_alive_timeout = config.keep_alive_timeout
+    hc.h11_max_incomplete_size = 16 * 1024
+    hc.h2_max_header_list_size = 16 * 1024
+    hc.h2_max_concurrent_streams = 100
+    hc.include_server_header = False
+    hc.accesslog = None
+    hc.graceful_timeout = 2.0
+    if config.tls_certfile is not None:
+        hc.certfile = str(config.tls_certfile)
+        hc.keyfile = str(config.tls_keyfile)
+        hc.alpn_protocols = ["h2", "http/1.1"]
+    return hc
+
+
+def serve_forever(service: AnsService, config: Config, on_ready: Callable[[str], None] | None = None) -> None:
+    sock = bind_socket(config)
+    host, port = sock.getsockname()[:2]
+    scheme = "https" if config.tls_certfile else "http"
+    url = f"{scheme}://{'[' + host + ']' if ':' in host else host}:{port}"
+    app = AnsApp(service)
+    hc = hypercorn_config(config, sock)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        server = asyncio.create_task(serve(app, hc, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
+        await asyncio.sleep(0)
+        print(f"ANS listening on {url}", flush=True)
+        if on_ready:
+            on_ready(url)
+        await server
+
+    try:
+        asyncio.run(main())
+    finally:
+        sock.close()
+        service.audit.close()
+        service.store.close()

@@ -1,0 +1,310 @@
+"""The ANS core: DISCOVER, ACTIVATE and DESCRIBE over typed requests.
+
+:class:`AnsService` owns the in-memory registry (rebuilt from the store at
+start-up), the capability matcher, the signing key, the trusted governance
+keys, the audit log and the clock — all passed in, nothing global. It does
+no network I/O; the ASGI app in :mod:`ans.app` calls it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+
+from ans.governance.audit import AuditLog, rfc3339
+from ans.governance.keys import SigningKey
+from ans.governance.manifest import validate_capabilities, verify_manifest
+from ans.governance.policy import (
+    DISCOVERY_QUERY,
+    DISCOVERY_REGISTER,
+    ZonePolicy,
+    passes_gates,
+    require_scope,
+)
+from ans.governance.signing import KeyLookup, sign_document, signature_object
+from ans.protocol.errors import AgtpError, NotFound
+from ans.protocol.jcs import canonicalize
+from ans.protocol.messages import (
+    ActivateRequest,
+    DescribeRequest,
+    DiscoverRequest,
+    Limits,
+)
+
+from .config import Config
+from .matcher import CapabilityMatcher, profile_from
+from .ranking import rank_score, sort_key
+from .store import RegistryStore, StoredAgent
+
+Clock = Callable[[], datetime]
+log = structlog.get_logger("ans")
+
+RESULT_SIGNATURE_FIELD = "ans_signature"
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentEntry:
+    """One indexed agent: gate attributes plus its precomputed result fields."""
+
+    canonical_id: str
+    lifecycle_state: str
+    trust_tier: int
+    behavioral_trust_score: float
+    governance_zone: str
+    org_domain: str
+    fields: dict[str, Any]
+    required_scope: str
+
+    @classmethod
+    def from_stored(cls, agent: StoredAgent) -> AgentEntry:
+        m, caps = agent.manifest, agent.capabilities
+        fields = {
+            "manifest_uri": m["manifest_uri"],
+            "canonical_id": m["canonical_id"],
+            "agent_label": m["agent_label"],
+            "org_domain": m["org_domain"],
+            "trust_tier": m["trust_tier"],
+            # Always the score from the verified manifest, never a self-asserted one.
+            "behavioral_trust_score": float(m["behavioral_trust_score"]),
+            "supported_methods": list(m["supported_methods"]),
+            "governance_zone": m["governance_zone"],
+            "job_description": m["job_description"],
+        }
+        if m["trust_tier"] == 2 and "trust_warning" in m:
+            fields["trust_warning"] = m["trust_warning"]
+        required = caps.get("required_scope") or " ".join(m["authority_scope_categories"])
+        return cls(
+            canonical_id=m["canonical_id"],
+            lifecycle_state=agent.lifecycle_state,
+            trust_tier=int(m["trust_tier"]),
+            behavioral_trust_score=float(m["behavioral_trust_score"]),
+            governance_zone=m["governance_zone"],
+            org_domain=m["org_domain"].lower(),
+            fields=fields,
+            required_scope=required,
+        )
+
+
+class AnsService:
+    def __init__(
+        self,
+        config: Config,
+        store: RegistryStore,
+        matcher: CapabilityMatcher,
+        signing_key: SigningKey,
+        governance_keys: KeyLookup,
+        audit: AuditLog,
+        clock: Clock = utc_now,
+        new_id: Callable[[], str] = lambda: uuid.uuid4().hex[:16],
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.matcher = matcher
+        self.key = signing_key
+        self.governance_keys = governance_keys
+        self.audit = audit
+        self.clock = clock
+        self.new_id = new_id
+        self.limits = Limits(
+            max_body_bytes=config.max_body_bytes,
+            default_limit=config.default_limit,
+            max_limit=config.max_limit,
+        )
+        self.zones = ZonePolicy.of(config.restricted_zones)
+        self._registry: dict[str, AgentEntry] = {}
+        self._lock = threading.RLock()
+        self._activate_lock = threading.Lock()
+        self.manifest = self._own_manifest()
+
+    # -- start-up -------------------------------------------------------------------
+    def load(self) -> int:
+        """Rebuild the registry and the capability index from the store."""
+        n = 0
+        for agent in self.store.iter_active():
+            entry = AgentEntry.from_stored(agent)
+            self.matcher.upsert(profile_from(agent.manifest, agent.capabilities))
+            with self._lock:
+                self._registry[entry.canonical_id] = entry
+            n += 1
+        return n
+
+    def __len__(self) -> int:
+        return len(self._registry)
+
+    # -- DISCOVER ---------------------------------------------------------------------
+    def discover(self, req: DiscoverRequest) -> dict[str, Any]:
+        require_scope(req.identity, DISCOVERY_QUERY, method="DISCOVER", task_id=req.task_id,
+                      audit=self.audit)
+        p = req.params
+        self.zones.check_requested(req.identity, p.governance_zone, method="DISCOVER",
+                                   task_id=req.task_id, audit=self.audit)
+        weights = self.config.ranking
+        if p.intent is not None:
+            scores = self.matcher.scores(p.intent, p.capability_domains,
+                                         self.config.min_capability_match)
+        else:
+            scores = None  # no intent: every agent is a candidate, ranked on trust alone
+        ranked: list[tuple[float, float, AgentEntry]] = []
+        with self._lock:
+            items = (
+                ((cid, s) for cid, s in scores.items())
+                if scores is not None
+                else ((cid, 0.0) for cid in self._registry)
+            )
+            for cid, cms in items:
+                entry = self._registry.get(cid)
+                if entry is None or not passes_gates(entry, p, req.identity.scope, self.zones):
+                    continue
+                score = rank_score(weights, entry.trust_tier, entry.behavioral_trust_score, cms)
+                ranked.append((score, cms, entry))
+        ranked.sort(key=lambda t: sort_key(t[0], t[2].canonical_id))
+        results = []
+        for i, (score, cms, entry) in enumerate(ranked[: p.limit], start=1):
+            item = {"rank": i, **entry.fields, "capability_match_score": cms, "rank_score": score}
+            if p.scope_negotiate:
+                item["required_scope"] = entry.required_scope
+            results.append(item)
+        result: dict[str, Any] = {
+            "query_id": f"qry-{self.new_id()}",
+            "total_matches": len(ranked),
+            "returned": len(results),
+            "results": results,
+            "generated_at": rfc3339(self.clock()),
+            "query_digest": req.query_digest,
+            "ranking": weights.name,
+        }
+        result[RESULT_SIGNATURE_FIELD] = signature_object(canonicalize(result), self.key)
+        return result
+
+    # -- ACTIVATE ---------------------------------------------------------------------
+    def activate(self, req: ActivateRequest) -> dict[str, Any]:
+        """Verify, persist durably, then index. Nothing is stored on any failure."""
+        require_scope(req.identity, DISCOVERY_REGISTER, method="ACTIVATE", task_id=req.task_id,
+                      audit=self.audit)
+        try:
+            validate_capabilities(req.capabilities)
+            verified = verify_manifest(req.manifest, self.governance_keys)
+        except AgtpError as exc:
+            self.audit.record(
+                "activation_refused", status=exc.status, code=exc.code, method="ACTIVATE",
+                agent_id=req.identity.agent_id, principal_id=req.identity.principal_id,
+                task_id=req.task_id, canonical_id=str(req.manifest.get("canonical_id"))[:256],
+                reason=exc.message,
+            )
+            raise
+        manifest = verified.manifest
+        cid = manifest["canonical_id"]
+        profile = profile_from(manifest, req.capabilities)
+        vectors = self.matcher.embed_profile(profile)  # type: ignore[attr-defined]
+        now = rfc3339(self.clock())
+        with self._activate_lock:
+            previous = self.store.get(cid)
+            stored = StoredAgent(
+                canonical_id=cid,
+                manifest=manifest,
+                capabilities=req.capabilities,
+                lifecycle_state="Active",
+                signer_kid=verified.signer_kid,
+                registered_at=previous.registered_at if previous else now,
+                updated_at=now,
+            )
+            self.store.upsert(stored)  # durable (WAL, synchronous=FULL) before we answer
+            entry = AgentEntry.from_stored(stored)
+            with self._lock:
+                self.matcher.upsert(profile, vectors)  # type: ignore[call-arg]
+                self._registry[cid] = entry
+        self.audit.record(
+            "activation", status=200, method="ACTIVATE", agent_id=req.identity.agent_id,
+            principal_id=req.identity.principal_id, task_id=req.task_id, canonical_id=cid,
+            signer_kid=verified.signer_kid, trust_tier=entry.trust_tier,
+            governance_zone=entry.governance_zone, replaced=previous is not None,
+        )
+        log.info("agent activated", canonical_id=cid, label=entry.fields["agent_label"],
+                 replaced=previous is not None)
+        return {
+            "canonical_id": cid,
+            "lifecycle_state": "Active",
+            "indexed": True,
+            "registered_at": stored.registered_at,
+            "updated_at": now,
+        }
+
+    # -- DESCRIBE -------------------------------------------------------------------------
+    def describe(self, req: DescribeRequest) -> dict[str, Any]:
+        if req.canonical_id is None or req.canonical_id == self.manifest["canonical_id"]:
+            return self.manifest
+        if req.identity is None:
+            from ans.protocol.errors import MissingHeader
+
+            raise MissingHeader(
+                "DESCRIBE of an indexed agent requires Agent-ID, Principal-ID and Authority-Scope",
+                code="missing_agent_id",
+            )
+        require_scope(req.identity, DISCOVERY_QUERY, method="DESCRIBE", task_id=req.task_id,
+                      audit=self.audit)
+        with self._lock:
+            entry = self._registry.get(req.canonical_id)
+        if entry is None or not self.zones.granted(entry.governance_zone, req.identity.scope):
+            raise NotFound(f"no Active agent {req.canonical_id!r} in this ANS")
+        stored = self.store.get(req.canonical_id)
+        if stored is None or stored.lifecycle_state != "Active":
+            raise NotFound(f"no Active agent {req.canonical_id!r} in this ANS")
+        return {"manifest": stored.manifest, "capabilities": stored.capabilities}
+
+    def jwks(self) -> dict[str, Any]:
+        return {"keys": [self.key.public.jwk()]}
+
+    def _own_manifest(self) -> dict[str, Any]:
+        """This ANS's Agent Manifest Document, self-signed, carrying its public key."""
+        c = self.config
+        jwk = self.key.public.jwk()
+        canonical = hashlib.sha256(canonicalize({k: jwk[k] for k in ("crv", "kty", "x", "y")})).hexdigest()
+        doc: dict[str, Any] = {
+            "document_type": "agtp-manifest",
+            "schema_version": "1.0",
+            "manifest_uri": c.agent_id,
+            "canonical_id": canonical,
+            "agent_label": c.agent_label,
+            "org_domain": c.org_domain,
+            "governance_zone": c.governance_zone,
+            "trust_tier": 1,
+            "package_format": "none",
+            "package_integrity_hash": f"sha256:{canonical}",
+            "lifecycle_state": "Active",
+            "cert_status": "Active",
+            "principal_org": c.principal_org,
+            "activated_at": rfc3339(self.clock()),
+            "behavioral_trust_score": 1.0,
+            "authority_scope_categories": ["discovery:query", "discovery:register"],
+            "supported_methods": ["DISCOVER", "DESCRIBE", "ACTIVATE"],
+            "job_description": "AGTP Agent Name Service: answers DISCOVER with ranked, "
+            "ES256-signed sets of Agent Manifest Documents.",
+            "version": "0.1.0",
+            "public_key": jwk,
+            "jwks": {"keys": [jwk]},
+            "jwks_uri": "/.well-known/jwks.json",
+            "ranking_weights": {
+                "name": c.ranking.name,
+                "trust_tier_weight": c.ranking.trust_tier,
+                "behavioral_trust_weight": c.ranking.behavioral_trust,
+                "capability_match_weight": c.ranking.capability_match,
+            },
+            "capabilities": {
+                "supported_methods": ["DISCOVER", "DESCRIBE", "ACTIVATE"],
+                "modalities": ["application/agtp+json"],
+                "zones_accepted": sorted({c.governance_zone, *c.restricted_zones}),
+                "max_limit": c.max_limit,
+            },
+        }
+        return sign_document(doc, self.key, "signature")

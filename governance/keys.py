@@ -1,0 +1,218 @@
+"""ES256 keys: the ANS signing key (generated once, stored 0600, stable kid)
+and sets of trusted public keys loaded from JWKS documents.
+
+The ``kid`` of a key we generate is its RFC 7638 JWK thumbprint, so it is
+stable for as long as the key file exists.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import (
+    decode_dss_signature,
+    encode_dss_signature,
+)
+
+from ans.protocol import jsonstrict
+
+_CURVE_BYTES = 32
+_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
+
+
+class KeyError_(ValueError):
+    """A key or JWKS document is unusable (configuration error, not a request error)."""
+
+
+def b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def b64url_decode(text: str) -> bytes:
+    if not isinstance(text, str) or any(c not in _B64URL for c in text) or len(text) % 4 == 1:
+        raise ValueError("not base64url")
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+_B64URL = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+def _int_bytes(n: int) -> bytes:
+    return n.to_bytes(_CURVE_BYTES, "big")
+
+
+def public_jwk(pub: ec.EllipticCurvePublicKey) -> dict[str, str]:
+    nums = pub.public_numbers()
+    return {"kty": "EC", "crv": "P-256", "x": b64url(_int_bytes(nums.x)), "y": b64url(_int_bytes(nums.y))}
+
+
+def thumbprint(jwk: Mapping[str, Any]) -> str:
+    """RFC 7638 SHA-256 thumbprint of an EC public JWK."""
+    members = {k: jwk[k] for k in ("crv", "kty", "x", "y")}
+    return b64url(hashlib.sha256(orjson.dumps(members, option=orjson.OPT_SORT_KEYS)).digest())
+
+
+@dataclass(frozen=True, slots=True)
+class PublicKey:
+    kid: str
+    key: ec.EllipticCurvePublicKey
+
+    def jwk(self) -> dict[str, str]:
+        return {**public_jwk(self.key), "kid": self.kid, "alg": "ES256", "use": "sig"}
+
+    def verify_raw(self, signature: bytes, data: bytes) -> bool:
+        """Verify an IEEE P1363 r||s ES256 signature."""
+        if len(signature) != 2 * _CURVE_BYTES:
+            return False
+        r = int.from_bytes(signature[:_CURVE_BYTES], "big")
+        s = int.from_bytes(signature[_CURVE_BYTES:], "big")
+        if not (0 < r < _ORDER and 0 < s < _ORDER):
+            return False
+        try:
+            self.key.verify(encode_dss_signature(r, s), data, ec.ECDSA(hashes.SHA256()))
+        except InvalidSignature:
+            return False
+        return True
+
+
+class SigningKey:
+    """An ES256 private key with its public half and stable kid."""
+
+    def __init__(self, private: ec.EllipticCurvePrivateKey, kid: str | None = None) -> None:
+        if not isinstance(private.curve, ec.SECP256R1):
+            raise KeyError_("ES256 needs a P-256 key")
+        self._private = private
+        jwk = public_jwk(private.public_key())
+        self.public = PublicKey(kid or thumbprint(jwk), private.public_key())
+
+    @property
+    def kid(self) -> str:
+        return self.public.kid
+
+    @classmethod
+    def generate(cls, kid: str | None = None) -> SigningKey:
+        return cls(ec.generate_private_key(ec.SECP256R1()), kid)
+
+    def sign_raw(self, data: bytes) -> bytes:
+        der = self._private.sign(data, ec.ECDSA(hashes.SHA256()))
+        r, s = decode_dss_signature(der)
+        return _int_bytes(r) + _int_bytes(s)
+
+    def private_pem(self) -> bytes:
+        return self._private.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+
+    @classmethod
+    def from_pem(cls, data: bytes, kid: str | None = None) -> SigningKey:
+        try:
+            key = serialization.load_pem_private_key(data, password=None)
+        except (ValueError, TypeError) as exc:
+            raise KeyError_(f"not a PEM private key: {exc}") from None
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise KeyError_("the key is not an EC key; ES256 needs P-256")
+        return cls(key, kid)
+
+    def save(self, path: Path) -> None:
+        """Write the private key with mode 0600 (atomically; never world-readable)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, self.private_pem())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+
+    @classmethod
+    def load_or_create(cls, path: Path) -> SigningKey:
+        if path.exists():
+            mode = path.stat().st_mode & 0o777
+            if mode & 0o077:
+                os.chmod(path, 0o600)
+            return cls.from_pem(path.read_bytes())
+        key = cls.generate()
+        key.save(path)
+        return key
+
+
+def public_key_from_jwk(jwk: Mapping[str, Any]) -> PublicKey:
+    """A P-256 ES256 verification key from a JWK (rejects anything else)."""
+    if jwk.get("kty") != "EC" or jwk.get("crv") != "P-256":
+        raise KeyError_("only EC P-256 keys are accepted (ES256)")
+    if jwk.get("alg") not in (None, "ES256"):
+        raise KeyError_(f"key alg {jwk.get('alg')!r} is not ES256")
+    if jwk.get("use") not in (None, "sig"):
+        raise KeyError_("key use must be 'sig'")
+    if "d" in jwk:
+        raise KeyError_("a trusted-key JWKS must not contain private keys")
+    try:
+        x = b64url_decode(jwk["x"])
+        y = b64url_decode(jwk["y"])
+        if len(x) != _CURVE_BYTES or len(y) != _CURVE_BYTES:
+            raise ValueError("coordinate length")
+        pub = ec.EllipticCurvePublicNumbers(
+            int.from_bytes(x, "big"), int.from_bytes(y, "big"), ec.SECP256R1()
+        ).public_key()
+    except (KeyError, ValueError, TypeError) as exc:
+        raise KeyError_(f"invalid EC public key: {exc}") from None
+    kid = jwk.get("kid")
+    if kid is not None and (not isinstance(kid, str) or not kid or len(kid) > 256):
+        raise KeyError_("kid must be a non-empty string")
+    return PublicKey(kid or thumbprint(jwk), pub)
+
+
+class TrustedKeys:
+    """Public keys by kid (e.g. the trusted governance-platform keys)."""
+
+    def __init__(self, keys: Iterable[PublicKey] = ()) -> None:
+        self._by_kid: dict[str, PublicKey] = {}
+        for k in keys:
+            self.add(k)
+
+    def add(self, key: PublicKey) -> None:
+        existing = self._by_kid.get(key.kid)
+        if existing is not None and public_jwk(existing.key) != public_jwk(key.key):
+            raise KeyError_(f"two different keys share kid {key.kid!r}")
+        self._by_kid[key.kid] = key
+
+    def get(self, kid: str) -> PublicKey | None:
+        return self._by_kid.get(kid)
+
+    def kids(self) -> list[str]:
+        return sorted(self._by_kid)
+
+    def __len__(self) -> int:
+        return len(self._by_kid)
+
+    def jwks(self) -> dict[str, list[dict[str, str]]]:
+        return {"keys": [self._by_kid[k].jwk() for k in self.kids()]}
+
+    @classmethod
+    def from_jwks(cls, doc: Any) -> TrustedKeys:
+        if not isinstance(doc, dict) or not isinstance(doc.get("keys"), list):
+            raise KeyError_("a JWKS is a JSON object with a 'keys' list")
+        return cls(public_key_from_jwk(k) for k in doc["keys"] if isinstance(k, dict))
+
+    @classmethod
+    def load_jwks_file(cls, path: Path) -> TrustedKeys:
+        try:
+            doc = jsonstrict.loads(path.read_bytes(), max_bytes=1024 * 1024)
+        except OSError as exc:
+            raise KeyError_(f"cannot read JWKS {path}: {exc}") from None
+        except Exception as exc:  # malformed JSON is a configuration error here
+            raise KeyError_(f"JWKS {path} is not valid JSON: {exc}") from None
+        return cls.from_jwks(doc)

@@ -1,0 +1,110 @@
+"""Scope enforcement and trust gates.
+
+* :func:`require_scope` — the SEP check (451 + one audit record).
+* :class:`ZonePolicy` — restricted zones are scope tokens; asking for one
+  without the grant is 453, and their agents are invisible to callers
+  without it.
+* :func:`passes_gates` — the hard filters of DISCOVER (lifecycle Active,
+  trust tier, behavioral score floor, zone, org domain).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from ans.protocol.errors import ScopeViolation, ZoneViolation
+from ans.protocol.messages import DiscoverParams, Identity
+from ans.protocol.scope import AuthorityScope, ScopeToken, parse_token
+
+from .audit import AuditLog
+
+DISCOVERY_QUERY = parse_token("discovery:query")
+DISCOVERY_REGISTER = parse_token("discovery:register")
+# DESIGN.md: absent trust_tier_min admits tiers 1-2; tier 3 only when asked for.
+DEFAULT_MAX_TIER = 2
+
+
+def require_scope(
+    identity: Identity, required: ScopeToken, *, method: str, task_id: str | None, audit: AuditLog
+) -> None:
+    if identity.scope.covers(required):
+        return
+    audit.record(
+        "scope_violation",
+        status=451,
+        method=method,
+        agent_id=identity.agent_id,
+        principal_id=identity.principal_id,
+        scope_presented=str(identity.scope),
+        scope_required=str(required),
+        task_id=task_id,
+    )
+    raise ScopeViolation(f"{method} requires {required} in Authority-Scope")
+
+
+@dataclass(frozen=True, slots=True)
+class ZonePolicy:
+    restricted: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, restricted: Iterable[str]) -> ZonePolicy:
+        return cls(frozenset(restricted))
+
+    def granted(self, zone: str, scope: AuthorityScope) -> bool:
+        if zone not in self.restricted:
+            return True
+        return scope.covers(parse_token(zone))
+
+    def check_requested(
+        self, identity: Identity, zone: str | None, *, method: str, task_id: str | None,
+        audit: AuditLog,
+    ) -> None:
+        if zone is None or self.granted(zone, identity.scope):
+            return
+        audit.record(
+            "zone_violation",
+            status=453,
+            method=method,
+            agent_id=identity.agent_id,
+            principal_id=identity.principal_id,
+            scope_presented=str(identity.scope),
+            scope_required=zone,
+            task_id=task_id,
+        )
+        raise ZoneViolation(f"governance_zone {zone} is restricted; Authority-Scope must carry {zone}")
+
+
+class GatedAgent(Protocol):
+    @property
+    def lifecycle_state(self) -> str: ...
+    @property
+    def trust_tier(self) -> int: ...
+    @property
+    def behavioral_trust_score(self) -> float: ...
+    @property
+    def governance_zone(self) -> str: ...
+    @property
+    def org_domain(self) -> str: ...
+
+
+def max_tier(params: DiscoverParams) -> int:
+    return params.trust_tier_min if params.trust_tier_min is not None else DEFAULT_MAX_TIER
+
+
+def passes_gates(
+    agent: GatedAgent, params: DiscoverParams, scope: AuthorityScope, zones: ZonePolicy
+) -> bool:
+    """All hard filters; an agent failing any one is never returned or counted."""
+    if agent.lifecycle_state != "Active":
+        return False
+    if agent.trust_tier > max_tier(params):
+        return False
+    if params.behavioral_trust_min is not None and agent.behavioral_trust_score < params.behavioral_trust_min:
+        return False
+    if params.governance_zone is not None and agent.governance_zone != params.governance_zone:
+        return False
+    if params.org_domain is not None and agent.org_domain != params.org_domain:
+        return False
+    return zones.granted(agent.governance_zone, scope)

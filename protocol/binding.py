@@ -1,0 +1,81 @@
+"""The HTTP/2 (and HTTP/1.1) binding of AGTP as pure functions.
+
+An AGTP method arrives either as the request method itself (``:method
+DISCOVER`` on any path) or as ``POST /agtp`` with an ``AGTP-Method`` header.
+Response headers carry ``agtp-version``, ``agtp-status``, ``task-id`` and
+``server-agent-id``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+from .errors import HeaderTooLarge, InvalidHeader, MissingHeader
+from .messages import AGTP_VERSION, CONTENT_TYPE
+
+MAX_HEADER_BYTES = 16 * 1024
+MAX_HEADER_COUNT = 100
+POST_ENDPOINT = "/agtp"
+_METHOD_RE = re.compile(r"[A-Z][A-Z0-9_-]{0,31}")
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def header_map(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    """Lowercase-keyed header dict from raw pairs; bounded in size and count.
+
+    A repeated header is joined with ", " (RFC 9110 list semantics), except
+    that identity headers may not repeat.
+    """
+    out: dict[str, str] = {}
+    total = 0
+    count = 0
+    for name_b, value_b in raw:
+        count += 1
+        total += len(name_b) + len(value_b)
+        if count > MAX_HEADER_COUNT or total > MAX_HEADER_BYTES:
+            raise HeaderTooLarge(
+                f"request headers exceed {MAX_HEADER_COUNT} fields or {MAX_HEADER_BYTES} bytes"
+            )
+        name = name_b.decode("latin-1").lower()
+        value = value_b.decode("latin-1")
+        if name in out:
+            if name in ("agent-id", "principal-id", "authority-scope", "task-id", "agtp-method"):
+                raise InvalidHeader(f"header {name} must not repeat", code="duplicate_header")
+            out[name] = f"{out[name]}, {value}"
+        else:
+            out[name] = value
+    return out
+
+
+def agtp_method(http_method: str, path: str, headers: Mapping[str, str]) -> str | None:
+    """The AGTP method a request carries, or None for plain HTTP (GET etc.)."""
+    method = http_method.upper()
+    if method == "POST" and path.rstrip("/") == POST_ENDPOINT:
+        value = headers.get("agtp-method")
+        if value is None or not value.strip():
+            raise MissingHeader(
+                "POST /agtp requires the AGTP-Method header", code="missing_agtp_method"
+            )
+        value = value.strip().upper()
+        if _METHOD_RE.fullmatch(value) is None:
+            raise InvalidHeader("AGTP-Method is not a method name", code="invalid_agtp_method")
+        return value
+    if method in HTTP_METHODS:
+        return None
+    return method
+
+
+def response_headers(
+    status: int, task_id: str | None, server_agent_id: str, *, body: bool = True
+) -> list[tuple[bytes, bytes]]:
+    headers = [
+        (b"agtp-version", AGTP_VERSION.encode()),
+        (b"agtp-status", str(status).encode()),
+        (b"server-agent-id", server_agent_id.encode("latin-1", "replace")),
+    ]
+    if task_id is not None:
+        headers.append((b"task-id", task_id.encode("latin-1", "replace")))
+    if body:
+        headers.append((b"content-type", CONTENT_TYPE.encode()))
+    return headers

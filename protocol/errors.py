@@ -1,0 +1,233 @@
+"""One error hierarchy for every AGTP failure.
+
+Each failure is a subclass of :class:`AgtpError` carrying an AGTP ``status``
+and a stable machine-readable ``code``; the message is for humans. The server
+turns any ``AgtpError`` into ``{"status", "task_id", "error": {"code",
+"message"}}`` with the HTTP status equal to the AGTP status. ``ERROR_CODES``
+lists every code, so docs and tests can enumerate them.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from .status import Status
+
+
+class AgtpError(Exception):
+    """Base of all AGTP errors: an AGTP status and a stable code."""
+
+    status: ClassVar[int] = Status.BAD_REQUEST
+    code: ClassVar[str] = "bad_request"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            # Per-instance code for families of one failure kind (e.g. one code
+            # per missing header or invalid parameter); always registered below.
+            self.code = code  # type: ignore[misc]
+
+    def to_error_object(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message}
+
+
+# 400 ---------------------------------------------------------------------
+class BadRequest(AgtpError):
+    status = Status.BAD_REQUEST
+    code = "bad_request"
+
+
+class MalformedJson(BadRequest):
+    code = "malformed_json"
+
+
+class BodyTooLarge(BadRequest):
+    code = "body_too_large"
+
+
+class HeaderTooLarge(BadRequest):
+    code = "header_too_large"
+
+
+class MissingHeader(BadRequest):
+    """A required AGTP header is absent; the code names the header."""
+
+    code = "missing_header"
+
+
+class InvalidHeader(BadRequest):
+    """A header is present but malformed; the code names the header."""
+
+    code = "invalid_header"
+
+
+class InvalidAuthorityScope(BadRequest):
+    code = "invalid_authority_scope"
+
+
+class UnsupportedVersion(BadRequest):
+    code = "unsupported_agtp_version"
+
+
+class UnsupportedContentType(BadRequest):
+    code = "unsupported_content_type"
+
+
+class UnsupportedMethod(BadRequest):
+    code = "unsupported_method"
+
+
+class MethodMismatch(BadRequest):
+    code = "method_mismatch"
+
+
+class TaskIdMismatch(BadRequest):
+    code = "task_id_mismatch"
+
+
+class InvalidBody(BadRequest):
+    """The JSON parsed but the envelope is not an AGTP request body."""
+
+    code = "invalid_body"
+
+
+# 401/403/404/409/410 --------------------------------------------------------
+class Unauthorized(AgtpError):
+    status = Status.UNAUTHORIZED
+    code = "unauthorized"
+
+
+class NotFound(AgtpError):
+    status = Status.NOT_FOUND
+    code = "not_found"
+
+
+class Conflict(AgtpError):
+    status = Status.CONFLICT
+    code = "conflict"
+
+
+class Gone(AgtpError):
+    status = Status.GONE
+    code = "gone"
+
+
+# 422 ---------------------------------------------------------------------
+class Unprocessable(AgtpError):
+    status = Status.UNPROCESSABLE
+    code = "unprocessable"
+
+
+class InvalidParameter(Unprocessable):
+    """A request parameter has the wrong type or range; code is invalid_<name>."""
+
+    code = "invalid_parameter"
+
+    def __init__(self, parameter: str, message: str) -> None:
+        super().__init__(f"{parameter}: {message}", code=f"invalid_{parameter}")
+        self.parameter = parameter
+
+
+class InvalidManifest(Unprocessable):
+    """An Agent Manifest Document fails validation; code says which check."""
+
+    code = "invalid_manifest"
+
+
+class InvalidCapabilities(Unprocessable):
+    code = "invalid_capabilities"
+
+
+class AgentNotActive(Unprocessable):
+    code = "lifecycle_not_active"
+
+
+# Signature failures are 401-class: the submitter could not prove the
+# governance platform vouched for the document.
+class SignatureInvalid(AgtpError):
+    status = Status.UNAUTHORIZED
+    code = "signature_invalid"
+
+
+class UnknownSigningKey(SignatureInvalid):
+    code = "unknown_signing_key"
+
+
+# 429 / 451 / 453 / 5xx ------------------------------------------------------
+class RateLimited(AgtpError):
+    status = Status.RATE_LIMITED
+    code = "rate_limited"
+
+
+class ScopeViolation(AgtpError):
+    status = Status.SCOPE_VIOLATION
+    code = "scope_violation"
+
+
+class ZoneViolation(AgtpError):
+    status = Status.ZONE_VIOLATION
+    code = "zone_violation"
+
+
+class ServerError(AgtpError):
+    status = Status.SERVER_ERROR
+    code = "internal_error"
+
+
+class Unavailable(AgtpError):
+    status = Status.UNAVAILABLE
+    code = "unavailable"
+
+
+REQUIRED_HEADER_CODES = {
+    "agent-id": "missing_agent_id",
+    "principal-id": "missing_principal_id",
+    "authority-scope": "missing_authority_scope",
+}
+
+INVALID_HEADER_CODES = {
+    "agent-id": "invalid_agent_id",
+    "principal-id": "invalid_principal_id",
+    "session-id": "invalid_session_id",
+    "task-id": "invalid_task_id",
+    "agtp-method": "invalid_agtp_method",
+    "agtp-zone-id": "invalid_agtp_zone_id",
+}
+
+DISCOVER_PARAMETERS = (
+    "intent",
+    "capability_domains",
+    "trust_tier_min",
+    "behavioral_trust_min",
+    "governance_zone",
+    "org_domain",
+    "limit",
+    "scope_negotiate",
+)
+
+MANIFEST_CHECK_CODES = (
+    "invalid_manifest",
+    "manifest_missing_field",
+    "manifest_field_type",
+)
+
+
+def _class_codes() -> set[str]:
+    seen: set[str] = set()
+    stack: list[type[AgtpError]] = [AgtpError]
+    while stack:
+        cls = stack.pop()
+        seen.add(cls.code)
+        stack.extend(cls.__subclasses__())
+    return seen
+
+
+ERROR_CODES: frozenset[str] = frozenset(
+    _class_codes()
+    | set(REQUIRED_HEADER_CODES.values())
+    | set(INVALID_HEADER_CODES.values())
+    | {f"invalid_{p}" for p in DISCOVER_PARAMETERS}
+    | {"invalid_canonical_id", "invalid_parameters", "invalid_manifest_uri"}
+    | set(MANIFEST_CHECK_CODES)
+)

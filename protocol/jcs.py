@@ -1,0 +1,118 @@
+"""RFC 8785 JSON Canonicalization Scheme: the exact bytes that get signed.
+
+Objects are sorted by the UTF-16 code units of their keys, strings use the
+minimal JSON escaping, and numbers use the ECMAScript Number-to-String
+algorithm. Only JSON values (dict with str keys, list, str, int, float,
+bool, None) are accepted; anything else raises TypeError, and non-finite
+numbers or integers outside IEEE-754 double precision raise ValueError.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+_ESCAPES = {
+    0x08: "\\b",
+    0x09: "\\t",
+    0x0A: "\\n",
+    0x0C: "\\f",
+    0x0D: "\\r",
+    0x22: '\\"',
+    0x5C: "\\\\",
+}
+_MAX_SAFE_INT = 2**53
+
+
+def _string(s: str, out: list[str]) -> None:
+    out.append('"')
+    start = 0
+    for i, ch in enumerate(s):
+        cp = ord(ch)
+        if cp < 0x20 or cp == 0x22 or cp == 0x5C:
+            out.append(s[start:i])
+            out.append(_ESCAPES.get(cp) or f"\\u{cp:04x}")
+            start = i + 1
+    out.append(s[start:])
+    out.append('"')
+
+
+def number_to_string(value: float) -> str:
+    """ECMAScript Number.prototype.toString for finite doubles (RFC 8785 3.2.2.3)."""
+    if not math.isfinite(value):
+        raise ValueError("JCS cannot represent NaN or Infinity")
+    if value == 0:
+        return "0"
+    if value < 0:
+        return "-" + number_to_string(-value)
+    # Python's repr gives the shortest round-tripping digits; reformat them.
+    mantissa, _, exp_text = repr(value).partition("e")
+    exponent = int(exp_text) if exp_text else 0
+    int_part, _, frac_part = mantissa.partition(".")
+    digits = (int_part + frac_part).lstrip("0")
+    # position of the decimal point relative to the start of `digits`
+    lead_zeros = len(int_part + frac_part) - len((int_part + frac_part).lstrip("0"))
+    point = len(int_part) - lead_zeros + exponent
+    digits = digits.rstrip("0") or "0"
+    k = len(digits)
+    n = point
+    if k <= n <= 21:
+        return digits + "0" * (n - k)
+    if 0 < n <= 21:
+        return digits[:n] + "." + digits[n:]
+    if -6 < n <= 0:
+        return "0." + "0" * (-n) + digits
+    exp = n - 1
+    sign = "+" if exp >= 0 else "-"
+    head = digits[0] + ("." + digits[1:] if k > 1 else "")
+    return f"{head}e{sign}{abs(exp)}"
+
+
+def _value(v: Any, out: list[str]) -> None:
+    if v is None:
+        out.append("null")
+    elif v is True:
+        out.append("true")
+    elif v is False:
+        out.append("false")
+    elif isinstance(v, str):
+        _string(v, out)
+    elif isinstance(v, int):
+        if abs(v) > _MAX_SAFE_INT:
+            raise ValueError("integer outside the I-JSON safe range cannot be canonicalized")
+        out.append(str(v))
+    elif isinstance(v, float):
+        out.append(number_to_string(v))
+    elif isinstance(v, dict):
+        out.append("{")
+        first = True
+        for key in sorted(v, key=_utf16_key):
+            if not isinstance(key, str):
+                raise TypeError("JCS object keys must be strings")
+            if not first:
+                out.append(",")
+            first = False
+            _string(key, out)
+            out.append(":")
+            _value(v[key], out)
+        out.append("}")
+    elif isinstance(v, (list, tuple)):
+        out.append("[")
+        for i, item in enumerate(v):
+            if i:
+                out.append(",")
+            _value(item, out)
+        out.append("]")
+    else:
+        raise TypeError(f"JCS cannot serialize {type(v).__name__}")
+
+
+def _utf16_key(key: str) -> bytes:
+    return key.encode("utf-16-be")
+
+
+def canonicalize(value: Any) -> bytes:
+    """Return the RFC 8785 canonical UTF-8 bytes of a JSON value."""
+    out: list[str] = []
+    _value(value, out)
+    return "".join(out).encode("utf-8")
