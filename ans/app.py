@@ -43,6 +43,8 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 log = structlog.get_logger("ans.app")
+# Over-size bodies up to this many bytes are read and discarded before the 400.
+DRAIN_LIMIT = 8 * 1024 * 1024
 JSON_HEADERS = [(b"content-type", b"application/json"), (b"cache-control", b"max-age=300")]
 
 
@@ -110,10 +112,14 @@ class AnsApp:
         raise NotFound(f"{scope['method']} {path[:100]} is not an ANS resource; send an AGTP method")
 
     async def _read_body(self, receive: Receive, headers: dict[str, str]) -> bytes:
+        """Read at most the configured body size. An over-size body is drained
+        (discarded, up to DRAIN_LIMIT) before the 400 so the HTTP/2 connection
+        stays usable; past DRAIN_LIMIT the client is simply answered."""
         limit = self.service.limits.max_body_bytes
         declared = headers.get("content-length")
-        if declared is not None and declared.strip().isdigit() and int(declared) > limit:
-            raise BodyTooLarge(f"body is {int(declared)} bytes; the limit is {limit}")
+        too_large = declared is not None and declared.strip().isdigit() and int(declared) > limit
+        if too_large and int(declared or 0) > DRAIN_LIMIT:
+            raise BodyTooLarge(f"body is {int(declared or 0)} bytes; the limit is {limit}")
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -123,10 +129,14 @@ class AnsApp:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > limit:
-                raise BodyTooLarge(f"body exceeds the limit of {limit} bytes")
-            chunks.append(chunk)
-            if not message.get("more_body", False):
+                too_large = True
+                chunks.clear()
+            elif not too_large:
+                chunks.append(chunk)
+            if not message.get("more_body", False) or size > DRAIN_LIMIT:
                 break
+        if too_large:
+            raise BodyTooLarge(f"body exceeds the limit of {limit} bytes")
         return b"".join(chunks)
 
     async def _send(self, send: Send, status: int, task_id: str | None, body: bytes) -> None:

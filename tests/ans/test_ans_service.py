@@ -1,0 +1,367 @@
+"""AnsService in-process: ACTIVATE verification, every DISCOVER gate, the
+ranking formula, determinism, durability and the audit trail."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from joserfc import jws
+from joserfc.jwk import ECKey
+
+from ans.config import Config
+from ans.governance.audit import AuditLog, verify_chain
+from ans.governance.keys import SigningKey, TrustedKeys
+from ans.matcher import FaissMatcher
+from ans.protocol.errors import AgtpError
+from ans.protocol.jcs import canonicalize
+from ans.protocol.messages import ActivateRequest, Identity, Limits, parse_discover
+from ans.protocol.scope import parse_authority_scope
+from ans.service import AnsService
+from ans.store import SQLiteStore
+
+NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
+GOV = Identity("agtp://gov.example/agents/platform", "gov-operator",
+               parse_authority_scope("discovery:register"))
+
+
+def caps(**kw: Any) -> dict[str, Any]:
+    return {"supported_methods": ["QUERY"], "modalities": ["text"], **kw}
+
+
+AGENTS: dict[str, dict[str, Any]] = {
+    # label: manifest overrides (+ "caps")
+    "solidity-auditor": dict(trust_tier=1, behavioral_trust_score=0.97, governance_zone="zone:finance",
+                             org_domain="audit.example",
+                             job_description="Audits Solidity smart contracts for reentrancy and overflow bugs.",
+                             caps=caps(tools=["slither"], tags=["smart-contracts", "security-audit"])),
+    "contract-reviewer": dict(trust_tier=2, behavioral_trust_score=0.85, governance_zone="zone:finance",
+                              org_domain="review.example",
+                              job_description="Security review of Ethereum smart contracts and DeFi protocols.",
+                              caps=caps(tags=["blockchain", "security-audit"])),
+    "fuzzer": dict(trust_tier=3, behavioral_trust_score=0.95, governance_zone="zone:partner",
+                   org_domain="lab.example",
+                   job_description="Fuzzes Solidity smart contracts to find reentrancy and invariant bugs.",
+                   caps=caps(tools=["echidna"])),
+    "legal-translator": dict(trust_tier=1, behavioral_trust_score=0.93, governance_zone="zone:legal",
+                             org_domain="lex.example",
+                             job_description="Translates legal contracts between German and English.",
+                             caps=caps(tags=["translation", "legal"])),
+    "clinical-coder": dict(trust_tier=1, behavioral_trust_score=0.91, governance_zone="zone:healthcare",
+                           org_domain="med.example",
+                           job_description="Assigns ICD-10 codes to clinical notes and discharge summaries.",
+                           caps=caps(tags=["medical-coding"])),
+}
+
+
+@pytest.fixture
+def world(tmp_path: Path, embedder: Any, gov_key: SigningKey,
+          make_manifest: Callable[..., dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    cfg = Config(data_dir=tmp_path, restricted_zones=("zone:healthcare",))
+    svc = make_service(cfg, embedder, gov_key)
+    ids: dict[str, str] = {}
+    for label, spec in AGENTS.items():
+        spec = dict(spec)
+        capabilities = spec.pop("caps")
+        manifest = make_manifest(label, **spec)
+        svc.activate(ActivateRequest(GOV, f"t-{label}", manifest, capabilities))
+        ids[label] = manifest["canonical_id"]
+    yield {"svc": svc, "ids": ids, "cfg": cfg, "path": tmp_path}
+    svc.audit.close()
+    svc.store.close()
+
+
+def make_service(cfg: Config, embedder: Any, gov_key: SigningKey) -> AnsService:
+    return AnsService(
+        config=cfg,
+        store=SQLiteStore(cfg.data_dir / "registry.sqlite3"),
+        matcher=FaissMatcher(embedder),
+        signing_key=SigningKey.load_or_create(cfg.data_dir / "ans-signing-key.pem"),
+        governance_keys=TrustedKeys([gov_key.public]),
+        audit=AuditLog(cfg.data_dir / "audit.jsonl", lambda: NOW),
+        clock=lambda: NOW,
+        new_id=lambda: "fixed",
+    )
+
+
+def discover(svc: AnsService, scope: str = "discovery:query", **params: Any) -> dict[str, Any]:
+    headers = {"agent-id": "agtp://o.example/agents/orch", "principal-id": "usr-1",
+               "authority-scope": scope}
+    body = orjson.dumps({"method": "DISCOVER", "task_id": "t1", "parameters": params})
+    return svc.discover(parse_discover(headers, body, Limits()))
+
+
+def labels(result: dict[str, Any]) -> list[str]:
+    return [r["agent_label"] for r in result["results"]]
+
+
+SOLIDITY = "audit Solidity smart contracts for reentrancy"
+
+
+# -- gates: each test fails if its gate is removed ------------------------------------
+
+
+def test_default_tiers_exclude_tier3_and_explicit_tier3_includes_it(world: dict[str, Any]) -> None:
+    assert "fuzzer" not in labels(discover(world["svc"], intent=SOLIDITY))
+    assert "fuzzer" in labels(discover(world["svc"], intent=SOLIDITY, trust_tier_min=3))
+
+
+def test_trust_tier_min_1_admits_only_verified(world: dict[str, Any]) -> None:
+    got = labels(discover(world["svc"], intent=SOLIDITY, trust_tier_min=1))
+    assert "solidity-auditor" in got and "contract-reviewer" not in got
+    assert "contract-reviewer" in labels(discover(world["svc"], intent=SOLIDITY, trust_tier_min=2))
+
+
+def test_behavioral_trust_floor(world: dict[str, Any]) -> None:
+    got = labels(discover(world["svc"], intent=SOLIDITY, behavioral_trust_min=0.9))
+    assert got == ["solidity-auditor"]
+    assert "contract-reviewer" in labels(discover(world["svc"], intent=SOLIDITY, behavioral_trust_min=0.85))
+
+
+def test_governance_zone_filter(world: dict[str, Any]) -> None:
+    got = discover(world["svc"], intent=SOLIDITY, trust_tier_min=3, governance_zone="zone:partner")
+    assert labels(got) == ["fuzzer"]
+    assert all(r["governance_zone"] == "zone:partner" for r in got["results"])
+
+
+def test_org_domain_filter(world: dict[str, Any]) -> None:
+    got = discover(world["svc"], intent=SOLIDITY, org_domain="REVIEW.example")
+    assert labels(got) == ["contract-reviewer"]
+
+
+def test_capability_floor_drops_unrelated_agents(world: dict[str, Any]) -> None:
+    got = discover(world["svc"], intent=SOLIDITY)
+    assert "legal-translator" not in labels(got)
+    assert all(r["capability_match_score"] >= world["cfg"].min_capability_match for r in got["results"])
+    # without an intent nothing is capability-filtered: ranked on trust alone
+    assert "legal-translator" in labels(discover(world["svc"]))
+
+
+def test_restricted_zone_invisible_without_grant_and_453_when_asked(world: dict[str, Any]) -> None:
+    svc = world["svc"]
+    assert "clinical-coder" not in labels(discover(svc))
+    with pytest.raises(AgtpError) as exc:
+        discover(svc, governance_zone="zone:healthcare")
+    assert (exc.value.status, exc.value.code) == (453, "zone_violation")
+    granted = discover(svc, scope="discovery:query zone:healthcare", governance_zone="zone:healthcare")
+    assert labels(granted) == ["clinical-coder"]
+    assert "clinical-coder" in labels(discover(svc, scope="discovery:query zone:*"))
+    audit = (world["path"] / "audit.jsonl").read_text().splitlines()
+    assert any(orjson.loads(line)["event"] == "zone_violation" for line in audit)
+
+
+def test_scope_violation_is_451_and_audited_once(world: dict[str, Any]) -> None:
+    before = len((world["path"] / "audit.jsonl").read_text().splitlines())
+    with pytest.raises(AgtpError) as exc:
+        discover(world["svc"], scope="discovery:register agents:delegate", intent="x")
+    assert (exc.value.status, exc.value.code) == (451, "scope_violation")
+    lines = (world["path"] / "audit.jsonl").read_text().splitlines()
+    assert len(lines) == before + 1
+    rec = orjson.loads(lines[-1])
+    assert rec["event"] == "scope_violation"
+    assert rec["agent_id"] == "agtp://o.example/agents/orch" and rec["principal_id"] == "usr-1"
+    assert rec["scope_presented"] == "discovery:register agents:delegate"
+    assert rec["scope_required"] == "discovery:query"
+    assert rec["task_id"] == "t1" and rec["method"] == "DISCOVER" and rec["time"]
+    assert verify_chain(p.encode() for p in lines) is None
+
+
+@pytest.mark.parametrize("scope", ["discovery:*", "*:query", "*:*"])
+def test_wildcards_cover_discovery_query(world: dict[str, Any], scope: str) -> None:
+    assert discover(world["svc"], scope=scope, intent=SOLIDITY)["returned"] >= 1
+
+
+# -- ranking -----------------------------------------------------------------------------------
+
+
+def test_rank_scores_hand_computed_without_intent(world: dict[str, Any]) -> None:
+    # No intent: capability_match_score = 0, so rank = 0.3*tier_norm + 0.4*behavioral.
+    got = discover(world["svc"], trust_tier_min=3, limit=10)
+    expected = {
+        "solidity-auditor": 0.3 * 1.0 + 0.4 * 0.97,   # 0.688
+        "legal-translator": 0.3 * 1.0 + 0.4 * 0.93,   # 0.672
+        "contract-reviewer": 0.3 * 0.5 + 0.4 * 0.85,  # 0.490
+        "fuzzer": 0.3 * 0.0 + 0.4 * 0.95,             # 0.380
+    }
+    assert labels(got) == list(expected)  # clinical-coder is in a restricted zone
+    for r in got["results"]:
+        assert r["rank_score"] == pytest.approx(expected[r["agent_label"]], abs=1e-9)
+        assert r["capability_match_score"] == 0.0
+    assert [r["rank"] for r in got["results"]] == [1, 2, 3, 4]
+    assert got["total_matches"] == 4
+
+
+def test_rank_score_formula_with_intent(world: dict[str, Any]) -> None:
+    got = discover(world["svc"], intent=SOLIDITY, trust_tier_min=3)
+    tier_norm = {1: 1.0, 2: 0.5, 3: 0.0}
+    scores = [r["rank_score"] for r in got["results"]]
+    assert scores == sorted(scores, reverse=True)
+    for r in got["results"]:
+        want = 0.3 * tier_norm[r["trust_tier"]] + 0.4 * r["behavioral_trust_score"] + 0.3 * r["capability_match_score"]
+        assert r["rank_score"] == pytest.approx(want, abs=2e-6)
+        assert 0.0 <= r["capability_match_score"] <= 1.0
+    assert got["results"][0]["agent_label"] == "solidity-auditor"
+
+
+def test_same_discover_twice_same_ranking(world: dict[str, Any]) -> None:
+    a = discover(world["svc"], intent=SOLIDITY, trust_tier_min=3)
+    b = discover(world["svc"], intent=SOLIDITY, trust_tier_min=3)
+    strip = lambda r: {k: v for k, v in r.items() if k != "ans_signature"}  # noqa: E731
+    assert strip(a) == strip(b)
+
+
+def test_limit_cuts_but_total_matches_counts_all(world: dict[str, Any]) -> None:
+    got = discover(world["svc"], intent=SOLIDITY, trust_tier_min=3, limit=1)
+    assert got["returned"] == 1 and len(got["results"]) == 1
+    assert got["total_matches"] >= 3
+
+
+def test_scope_negotiate_adds_required_scope(world: dict[str, Any]) -> None:
+    plain = discover(world["svc"], intent=SOLIDITY)
+    assert all("required_scope" not in r for r in plain["results"])
+    neg = discover(world["svc"], intent=SOLIDITY, scope_negotiate=True)
+    assert neg["results"][0]["required_scope"] == "documents:query"
+
+
+def test_result_fields_and_signature_verify_with_joserfc(world: dict[str, Any]) -> None:
+    svc = world["svc"]
+    got = discover(svc, intent=SOLIDITY, trust_tier_min=1)
+    top = got["results"][0]
+    for field in ("rank", "manifest_uri", "canonical_id", "agent_label", "org_domain", "trust_tier",
+                  "behavioral_trust_score", "supported_methods", "capability_match_score",
+                  "governance_zone", "job_description"):
+        assert field in top
+    assert got["query_id"] == "qry-fixed" and got["generated_at"] == "2026-11-21T12:00:00.000Z"
+    sig = got["ans_signature"]
+    header_b64, empty, sig_b64 = sig["value"].split(".")
+    assert empty == "" and sig["algorithm"] == "ES256" and sig["key_id"] == svc.key.kid
+    payload = canonicalize({k: v for k, v in got.items() if k != "ans_signature"})
+    token = f"{header_b64}.{base64.urlsafe_b64encode(payload).rstrip(b'=').decode()}.{sig_b64}"
+    key = ECKey.import_key(svc.jwks()["keys"][0])
+    obj = jws.deserialize_compact(token, key, algorithms=["ES256"])
+    assert obj.protected == {"alg": "ES256", "kid": svc.key.kid}
+    # changing any byte of the result breaks the signature
+    tampered = dict(got, total_matches=got["total_matches"] + 1)
+    bad = canonicalize({k: v for k, v in tampered.items() if k != "ans_signature"})
+    token2 = f"{header_b64}.{base64.urlsafe_b64encode(bad).rstrip(b'=').decode()}.{sig_b64}"
+    with pytest.raises(Exception):
+        jws.deserialize_compact(token2, key, algorithms=["ES256"])
+
+
+def test_behavioral_score_comes_from_the_manifest(world: dict[str, Any],
+                                                 make_manifest: Callable[..., dict[str, Any]]) -> None:
+    svc = world["svc"]
+    m = make_manifest("honest", behavioral_trust_score=0.61, job_description="Books hotel rooms.")
+    svc.activate(ActivateRequest(GOV, "t", m, caps(behavioral_trust_score=0.99, tags=["hotels"])))
+    got = discover(svc, intent="book a hotel room")
+    entry = next(r for r in got["results"] if r["agent_label"] == "honest")
+    assert entry["behavioral_trust_score"] == 0.61
+
+
+# -- ACTIVATE ------------------------------------------------------------------------------------
+
+
+def _refused(svc: AnsService, manifest: dict[str, Any], capabilities: dict[str, Any] | None = None,
+             identity: Identity = GOV) -> AgtpError:
+    before = svc.store.count()
+    with pytest.raises(AgtpError) as exc:
+        svc.activate(ActivateRequest(identity, "t-bad", manifest, capabilities or caps()))
+    assert svc.store.count() == before
+    return exc.value
+
+
+def test_activate_refusals(world: dict[str, Any], make_manifest: Callable[..., dict[str, Any]]) -> None:
+    svc = world["svc"]
+    good = make_manifest("newcomer", job_description="Plans trips to Japan.")
+    tampered = dict(good, behavioral_trust_score=0.99)
+    assert (_refused(svc, tampered).code, _refused(svc, tampered).status) == ("signature_invalid", 401)
+    stranger = make_manifest("newcomer", key=SigningKey.generate())
+    assert _refused(svc, stranger).code == "unknown_signing_key"
+    suspended = make_manifest("newcomer", lifecycle_state="Suspended")
+    err = _refused(svc, suspended)
+    assert (err.code, err.status) == ("lifecycle_not_active", 422)
+    missing = make_manifest("newcomer")
+    del missing["principal_org"]
+    err = _refused(svc, missing)
+    assert err.code == "manifest_missing_field" and "principal_org" in err.message
+    no_scope = Identity("agtp://x.example/agents/a", "p", parse_authority_scope("discovery:query"))
+    err = _refused(svc, good, identity=no_scope)
+    assert (err.status, err.code) == (451, "scope_violation")
+    assert svc.store.get(good["canonical_id"]) is None
+    assert "newcomer" not in labels(discover(svc, intent="plan a trip to Japan", trust_tier_min=3))
+    events = [orjson.loads(line)["event"] for line in (world["path"] / "audit.jsonl").read_text().splitlines()]
+    assert events.count("activation_refused") >= 5 and "scope_violation" in events
+
+
+def test_activate_then_next_discover_finds_it(world: dict[str, Any],
+                                              make_manifest: Callable[..., dict[str, Any]]) -> None:
+    svc = world["svc"]
+    m = make_manifest("tokyo-planner", job_description="Plans multi-city trips in Japan with rail passes.")
+    out = svc.activate(ActivateRequest(GOV, "t", m, caps(tags=["travel"])))
+    assert out["canonical_id"] == m["canonical_id"] and out["lifecycle_state"] == "Active"
+    assert labels(discover(svc, intent="plan a rail trip across Japan"))[0] == "tokyo-planner"
+
+
+def test_reactivation_replaces_the_record(world: dict[str, Any],
+                                          make_manifest: Callable[..., dict[str, Any]]) -> None:
+    svc = world["svc"]
+    m = make_manifest("legal-translator", org_domain="lex.example", trust_tier=1, behavioral_trust_score=0.5,
+                      governance_zone="zone:legal", job_description="Translates legal contracts between German and English.")
+    svc.activate(ActivateRequest(GOV, "t", m, caps()))
+    got = discover(svc, intent="translate a legal contract into English")
+    assert [r["behavioral_trust_score"] for r in got["results"] if r["agent_label"] == "legal-translator"] == [0.5]
+    assert svc.store.count() == len(AGENTS)
+
+
+def test_registry_survives_restart(world: dict[str, Any], embedder: Any, gov_key: SigningKey) -> None:
+    svc = world["svc"]
+    first = discover(svc, intent=SOLIDITY, trust_tier_min=3)
+    svc.audit.close()
+    svc.store.close()
+    again = make_service(world["cfg"], embedder, gov_key)
+    assert again.load() == len(AGENTS)
+    assert again.key.kid == svc.key.kid  # the signing key is reused, kid stable
+    second = discover(again, intent=SOLIDITY, trust_tier_min=3)
+    assert labels(first) == labels(second)
+    assert (world["path"] / "ans-signing-key.pem").stat().st_mode & 0o777 == 0o600
+    world["svc"] = again
+
+
+def test_capability_domains_restrict_matching(world: dict[str, Any],
+                                              make_manifest: Callable[..., dict[str, Any]]) -> None:
+    svc = world["svc"]
+    m = make_manifest("generalist", job_description="General back-office assistant for small teams.")
+    svc.activate(ActivateRequest(GOV, "t", m, caps(tools=["slither", "mythril", "solidity-compiler"])))
+    intent = "slither mythril solidity compiler"
+    with_tools = {r["agent_label"]: r["capability_match_score"]
+                  for r in discover(svc, intent=intent, capability_domains=["tools"])["results"]}
+    without = {r["agent_label"]: r["capability_match_score"]
+               for r in discover(svc, intent=intent, capability_domains=["modalities"])["results"]}
+    assert "generalist" in with_tools
+    assert without.get("generalist", 0.0) < with_tools["generalist"]
+
+
+def test_describe_returns_own_signed_manifest(world: dict[str, Any]) -> None:
+    from ans.governance.signing import verify_document
+    from ans.protocol.messages import DescribeRequest
+
+    svc = world["svc"]
+    doc = svc.describe(DescribeRequest(None, None, None))
+    assert doc["public_key"] == svc.jwks()["keys"][0]
+    assert verify_document(doc, TrustedKeys.from_jwks(svc.jwks()), "signature") == svc.key.kid
+    assert doc["lifecycle_state"] == "Active" and "DISCOVER" in doc["supported_methods"]
+
+
+def test_config_is_validated() -> None:
+    from ans.config import ConfigError
+
+    with pytest.raises(ConfigError):
+        replace(Config(), max_limit=0).validate()
+    with pytest.raises(ConfigError):
+        replace(Config(), listen="nonsense").validate()
