@@ -27,7 +27,6 @@ from ans.protocol.errors import (
 from ans.protocol.messages import (
     SUPPORTED_METHODS,
     encode_error,
-    encode_result,
     parse_activate,
     parse_describe,
     parse_discover,
@@ -74,15 +73,19 @@ class AnsApp:
         except AgtpError as exc:
             if exc.status in AGTP_SPECIFIC:
                 log.info("governance signal", status=exc.status, code=exc.code)
-            await self._send(send, exc.status, task_id,
-                             encode_error(exc.status, task_id, exc.code, exc.message))
+            await self._send(
+                send, exc.status, task_id, encode_error(exc.status, task_id, exc.code, exc.message)
+            )
         except Exception:
             log.exception("unhandled error", path=scope.get("path"), method=scope.get("method"))
             err = ServerError("internal error; see the server log")
-            await self._send(send, err.status, task_id,
-                             encode_error(err.status, task_id, err.code, err.message))
+            await self._send(
+                send, err.status, task_id, encode_error(err.status, task_id, err.code, err.message)
+            )
 
-    async def _agtp(self, method: str, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, Any]]:
+    async def _agtp(
+        self, method: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, dict[str, Any]]:
         svc = self.service
         if method == "DISCOVER":
             req = parse_discover(headers, body, svc.limits)
@@ -109,7 +112,9 @@ class AnsApp:
                 body = orjson.dumps({"status": "ok", "agents": len(self.service)})
                 await self._raw(send, 200, [(b"content-type", b"application/json")], body)
                 return
-        raise NotFound(f"{scope['method']} {path[:100]} is not an ANS resource; send an AGTP method")
+        raise NotFound(
+            f"{scope['method']} {path[:100]} is not an ANS resource; send an AGTP method"
+        )
 
     async def _read_body(self, receive: Receive, headers: dict[str, str]) -> bytes:
         """Read at most the configured body size. An over-size body is drained
@@ -144,9 +149,16 @@ class AnsApp:
         await self._raw(send, status, headers, body)
 
     @staticmethod
-    async def _raw(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+    async def _raw(
+        send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> None:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [*headers, (b"content-length", str(len(body)).encode())],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:

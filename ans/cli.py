@@ -19,8 +19,11 @@ DEFAULT_SERVER = "http://127.0.0.1:4480"
 
 
 def _add_identity(p: argparse.ArgumentParser, scope: str) -> None:
-    p.add_argument("--server", default=os.environ.get("ANS_SERVER", DEFAULT_SERVER),
-                   help=f"ANS base URL (default {DEFAULT_SERVER}; env ANS_SERVER)")
+    p.add_argument(
+        "--server",
+        default=os.environ.get("ANS_SERVER", DEFAULT_SERVER),
+        help=f"ANS base URL (default {DEFAULT_SERVER}; env ANS_SERVER)",
+    )
     p.add_argument("--agent-id", default="agtp://localhost/agents/ans-cli", help="Agent-ID header")
     p.add_argument("--principal-id", default=None, help="Principal-ID header (default: $USER)")
     p.add_argument("--scope", default=scope, help=f"Authority-Scope header (default {scope!r})")
@@ -35,11 +38,19 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="run the ANS server")
     s.add_argument("--listen", help="HOST:PORT (default 127.0.0.1:4480; port 0 picks a free one)")
     s.add_argument("--data-dir", type=Path, help="where the registry, keys and audit log live")
-    s.add_argument("--governance-jwks", type=Path, action="append",
-                   help="JWKS file of trusted governance-platform keys (repeatable)")
+    s.add_argument(
+        "--governance-jwks",
+        type=Path,
+        action="append",
+        help="JWKS file of trusted governance-platform keys (repeatable)",
+    )
     s.add_argument("--config", type=Path, help="TOML configuration file")
-    s.add_argument("--demo", action="store_true", default=None,
-                   help="register the demo catalog (signed by a generated demo governance key)")
+    s.add_argument(
+        "--demo",
+        action="store_true",
+        default=None,
+        help="register the demo catalog (signed by a generated demo governance key)",
+    )
     s.add_argument("--log-format", choices=["console", "json"])
     s.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
 
@@ -56,8 +67,11 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--json", action="store_true", help="print the full response body")
 
     a = sub.add_parser("activate", help="register a signed manifest through ACTIVATE")
-    a.add_argument("manifest", type=Path,
-                   help="JSON file: a signed manifest, or {\"manifest\": ..., \"capabilities\": ...}")
+    a.add_argument(
+        "manifest",
+        type=Path,
+        help='JSON file: a signed manifest, or {"manifest": ..., "capabilities": ...}',
+    )
     a.add_argument("--capabilities", type=Path, help="JSON file with the Capability Document")
     _add_identity(a, "discovery:register")
 
@@ -68,8 +82,11 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--jwks", type=Path, help="public JWKS to write (default KEY with .jwks.json)")
     k.add_argument("--kid", help="key id (default: RFC 7638 thumbprint)")
     sm = gsub.add_parser("sign-manifest", help="sign an Agent Manifest Document (JCS + ES256)")
-    sm.add_argument("manifest", type=Path,
-                    help="JSON file: a manifest, or {\"manifest\": ..., \"capabilities\": ...}")
+    sm.add_argument(
+        "manifest",
+        type=Path,
+        help='JSON file: a manifest, or {"manifest": ..., "capabilities": ...}',
+    )
     sm.add_argument("--key", type=Path, required=True)
     sm.add_argument("--kid", help="key id, if the JWKS used a custom one")
     sm.add_argument("--out", type=Path, help="output file (default stdout)")
@@ -104,9 +121,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .server import build_service, configure_logging, serve_forever
 
     cfg = config_mod.load(
-        args.config, listen=args.listen, data_dir=args.data_dir,
+        args.config,
+        listen=args.listen,
+        data_dir=args.data_dir,
         governance_jwks=tuple(args.governance_jwks) if args.governance_jwks else None,
-        demo=args.demo, log_format=args.log_format, log_level=args.log_level,
+        demo=args.demo,
+        log_format=args.log_format,
+        log_level=args.log_level,
     )
     configure_logging(cfg.log_level, cfg.log_format)
     built = build_service(cfg)
@@ -114,8 +135,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from .demo import activate_demo
 
         n = activate_demo(built.service, built.demo_key)
-        print(f"ANS demo catalog: {n} agents activated (demo governance kid {built.demo_key.kid})",
-              flush=True)
+        print(
+            f"ANS demo catalog: {n} agents activated (demo governance kid {built.demo_key.kid})",
+            flush=True,
+        )
     serve_forever(built.service, cfg)
     return 0
 
@@ -127,9 +150,12 @@ def _client(args: argparse.Namespace) -> Any:
     from .client import AgtpClient
 
     return AgtpClient(
-        args.server, agent_id=args.agent_id,
+        args.server,
+        agent_id=args.agent_id,
         principal_id=args.principal_id or getpass.getuser() or "cli-user",
-        scope=args.scope, timeout=args.timeout, verify=args.cacert or True,
+        scope=args.scope,
+        timeout=args.timeout,
+        verify=args.cacert or True,
     )
 
 
@@ -148,7 +174,13 @@ def cmd_discover(args: argparse.Namespace) -> int:
     from .client import verify_discover_result
 
     params: dict[str, Any] = {"intent": args.intent}
-    for name in ("trust_tier_min", "behavioral_trust_min", "governance_zone", "org_domain", "limit"):
+    for name in (
+        "trust_tier_min",
+        "behavioral_trust_min",
+        "governance_zone",
+        "org_domain",
+        "limit",
+    ):
         value = getattr(args, name)
         if value is not None:
             params[name] = value
@@ -182,16 +214,24 @@ def cmd_discover(args: argparse.Namespace) -> int:
 def print_table(result: dict[str, Any]) -> None:
     rows = [("#", "agent", "tier", "trust", "match", "score", "zone")]
     for r in result.get("results", []):
-        rows.append((
-            str(r["rank"]), f"{r['agent_label']}@{r['org_domain']}", str(r["trust_tier"]),
-            f"{r['behavioral_trust_score']:.2f}", f"{r['capability_match_score']:.3f}",
-            f"{r.get('rank_score', 0):.3f}", r.get("governance_zone", ""),
-        ))
+        rows.append(
+            (
+                str(r["rank"]),
+                f"{r['agent_label']}@{r['org_domain']}",
+                str(r["trust_tier"]),
+                f"{r['behavioral_trust_score']:.2f}",
+                f"{r['capability_match_score']:.3f}",
+                f"{r.get('rank_score', 0):.3f}",
+                r.get("governance_zone", ""),
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-    print(f"{result.get('returned', 0)} of {result.get('total_matches', 0)} matches "
-          f"(query {result.get('query_id', '?')}, {result.get('generated_at', '')})")
+    print(
+        f"{result.get('returned', 0)} of {result.get('total_matches', 0)} matches "
+        f"(query {result.get('query_id', '?')}, {result.get('generated_at', '')})"
+    )
 
 
 def _read_json(path: Path) -> Any:

@@ -7,6 +7,7 @@ against a JWKS and the ``query_digest`` against the parameters sent.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -48,11 +49,21 @@ class AgtpClient:
         verify: bool | str = True,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self.identity = {"agent-id": agent_id, "principal-id": principal_id, "authority-scope": scope}
+        self.identity = {
+            "agent-id": agent_id,
+            "principal-id": principal_id,
+            "authority-scope": scope,
+        }
         prior_knowledge = self.base_url.startswith("http://")
+        tls: bool | ssl.SSLContext = (
+            ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify
+        )
         self._http = httpx.Client(
-            base_url=self.base_url, http1=not prior_knowledge, http2=True, timeout=timeout,
-            verify=verify,
+            base_url=self.base_url,
+            http1=not prior_knowledge,
+            http2=True,
+            timeout=timeout,
+            verify=tls,
         )
 
     def close(self) -> None:
@@ -64,17 +75,32 @@ class AgtpClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def call(self, method: str, parameters: Mapping[str, Any], *, task_id: str = "task-cli-1",
-             path: str = "/") -> AgtpResponse:
+    def call(
+        self,
+        method: str,
+        parameters: Mapping[str, Any],
+        *,
+        task_id: str = "task-cli-1",
+        path: str = "/",
+    ) -> AgtpResponse:
         body = orjson.dumps({"method": method, "task_id": task_id, "parameters": dict(parameters)})
-        headers = {"agtp-version": AGTP_VERSION, "content-type": CONTENT_TYPE, "task-id": task_id,
-                   **self.identity}
+        headers = {
+            "agtp-version": AGTP_VERSION,
+            "content-type": CONTENT_TYPE,
+            "task-id": task_id,
+            **self.identity,
+        }
         resp = self._http.request(method, path, content=body, headers=headers)
         try:
             doc = orjson.loads(resp.content)
         except orjson.JSONDecodeError:
-            doc = {"status": resp.status_code, "error": {"code": "not_agtp", "message": resp.text[:200]}}
-        return AgtpResponse(resp.status_code, dict(resp.headers), doc if isinstance(doc, dict) else {})
+            doc = {
+                "status": resp.status_code,
+                "error": {"code": "not_agtp", "message": resp.text[:200]},
+            }
+        return AgtpResponse(
+            resp.status_code, dict(resp.headers), doc if isinstance(doc, dict) else {}
+        )
 
     def discover(self, parameters: Mapping[str, Any], **kw: Any) -> AgtpResponse:
         return self.call("DISCOVER", parameters, **kw)
@@ -86,10 +112,11 @@ class AgtpClient:
         return doc
 
 
-def verify_discover_result(result: Mapping[str, Any], jwks: Mapping[str, Any],
-                           parameters: Mapping[str, Any] | None = None) -> str:
+def verify_discover_result(
+    result: Mapping[str, Any], jwks: Mapping[str, Any], parameters: Mapping[str, Any] | None = None
+) -> str:
     """Return the signing kid, or raise AgtpError/KeyError_ if anything is off."""
     kid = verify_document(result, TrustedKeys.from_jwks(jwks), "ans_signature")
     if parameters is not None and result.get("query_digest") != query_digest(parameters):
         raise AgtpError("query_digest does not match the parameters sent", code="digest_mismatch")
-    return kid
+    return str(kid)

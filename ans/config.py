@@ -74,9 +74,10 @@ class Config:
         if (self.tls_certfile is None) != (self.tls_keyfile is None):
             raise ConfigError("tls_certfile and tls_keyfile go together")
         w = self.ranking
-        if min(w.trust_tier, w.behavioral_trust, w.capability_match) < 0 or abs(
-            w.trust_tier + w.behavioral_trust + w.capability_match - 1.0
-        ) > 1e-9:
+        if (
+            min(w.trust_tier, w.behavioral_trust, w.capability_match) < 0
+            or abs(w.trust_tier + w.behavioral_trust + w.capability_match - 1.0) > 1e-9
+        ):
             raise ConfigError("ranking weights must be non-negative and sum to 1")
         for z in self.restricted_zones:
             if not z.startswith("zone:"):
@@ -85,8 +86,21 @@ class Config:
 
 
 _SECTIONS = {
-    "server": {"listen", "tls_certfile", "tls_keyfile", "keep_alive_max_requests", "keep_alive_timeout"},
-    "ans": {"data_dir", "agent_id", "agent_label", "org_domain", "governance_zone", "principal_org"},
+    "server": {
+        "listen",
+        "tls_certfile",
+        "tls_keyfile",
+        "keep_alive_max_requests",
+        "keep_alive_timeout",
+    },
+    "ans": {
+        "data_dir",
+        "agent_id",
+        "agent_label",
+        "org_domain",
+        "governance_zone",
+        "principal_org",
+    },
     "governance": {"governance_jwks", "restricted_zones", "audit_fsync"},
     "discovery": {"default_limit", "max_limit", "min_capability_match", "max_body_bytes"},
     "logging": {"log_level", "log_format"},
@@ -138,8 +152,28 @@ def load(path: Path | None, **overrides: Any) -> Config:
         if key == "governance_jwks":
             value = tuple(values.get("governance_jwks", ())) + tuple(value)
         values[key] = value
+    defaults = Config()
+    for key, value in values.items():
+        _check_type(key, value, getattr(defaults, key))
     try:
-        cfg = replace(Config(), **values)
+        cfg = replace(defaults, **values)
     except TypeError as exc:
         raise ConfigError(str(exc)) from None
     return cfg.validate()
+
+
+def _check_type(key: str, value: Any, default: Any) -> None:
+    if key in ("tls_certfile", "tls_keyfile"):
+        ok = isinstance(value, Path)
+    elif isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(default, tuple):
+        ok = isinstance(value, tuple) and all(isinstance(v, (str, Path)) for v in value)
+    else:
+        ok = isinstance(value, type(default))
+    if not ok:
+        raise ConfigError(f"setting {key} has the wrong type ({type(value).__name__})")

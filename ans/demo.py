@@ -75,8 +75,12 @@ def activate_demo(service: AnsService, governance_key: SigningKey) -> int:
     for i, entry in enumerate(load_catalog(), start=1):
         manifest = sign_document(demo_manifest(entry), governance_key, "signature")
         service.activate(
-            ActivateRequest(identity=identity, task_id=f"demo-activate-{i}", manifest=manifest,
-                            capabilities=demo_capabilities(entry))
+            ActivateRequest(
+                identity=identity,
+                task_id=f"demo-activate-{i}",
+                manifest=manifest,
+                capabilities=demo_capabilities(entry),
+            )
         )
         n += 1
     return n

@@ -118,8 +118,13 @@ def profile_from(manifest: Mapping[str, Any], capabilities: Mapping[str, Any]) -
             "methods": words(methods).lower(),
             "modalities": words(capabilities.get("modalities")),
             "tools": words(capabilities.get("tools")),
-            "zones": words([z.removeprefix("zone:") for z in capabilities.get("zones_accepted", [])
-                            if isinstance(z, str)]),
+            "zones": words(
+                [
+                    z.removeprefix("zone:")
+                    for z in capabilities.get("zones_accepted", [])
+                    if isinstance(z, str)
+                ]
+            ),
             "tags": words(capabilities.get("tags")),
             "examples": words(capabilities.get("examples")),
         },
@@ -127,11 +132,18 @@ def profile_from(manifest: Mapping[str, Any], capabilities: Mapping[str, Any]) -
 
 
 class CapabilityMatcher(Protocol):
-    def upsert(self, profile: CapabilityProfile) -> None: ...
+    def embed_profile(self, profile: CapabilityProfile) -> Vectors:
+        """The expensive part of an upsert, done before any lock is taken."""
+        ...
+
+    def upsert(self, profile: CapabilityProfile, facet_vectors: Vectors | None = None) -> None: ...
     def remove(self, canonical_id: str) -> None: ...
-    def scores(self, intent: str, domains: tuple[str, ...] | None, floor: float) -> dict[str, float]:
+    def scores(
+        self, intent: str, domains: tuple[str, ...] | None, floor: float
+    ) -> dict[str, float]:
         """capability_match_score of every agent scoring at least ``floor``."""
         ...
+
     def __len__(self) -> int: ...
 
 
@@ -167,7 +179,7 @@ class FaissMatcher:
                 self._slot_of[profile.canonical_id] = slot
                 self._id_of[slot] = profile.canonical_id
             else:
-                self._index.remove_ids(np.array([slot], dtype=np.int64))
+                self._index.remove_ids(np.array([slot], dtype=np.int64))  # type: ignore[arg-type]
             self._facets[slot] = vecs
             self._index.add_with_ids(profile_vec, np.array([slot], dtype=np.int64))
 
@@ -186,7 +198,7 @@ class FaissMatcher:
             slot = self._slot_of.pop(canonical_id, None)
             if slot is None:
                 return
-            self._index.remove_ids(np.array([slot], dtype=np.int64))
+            self._index.remove_ids(np.array([slot], dtype=np.int64))  # type: ignore[arg-type]
             self._facets[slot] = 0.0
             self._id_of[slot] = None
             self._free.append(slot)
@@ -205,7 +217,9 @@ class FaissMatcher:
                 self._cache.popitem(last=False)
         return vec
 
-    def scores(self, intent: str, domains: tuple[str, ...] | None, floor: float) -> dict[str, float]:
+    def scores(
+        self, intent: str, domains: tuple[str, ...] | None, floor: float
+    ) -> dict[str, float]:
         q = self.query_vector(intent)
         if not np.any(q):
             return {}

@@ -15,7 +15,9 @@ TIER_NORM = {1: 1.0, 2: 0.5, 3: 0.0}
 PRECISION = 6
 
 
-def rank_score(weights: RankingWeights, trust_tier: int, behavioral: float, capability: float) -> float:
+def rank_score(
+    weights: RankingWeights, trust_tier: int, behavioral: float, capability: float
+) -> float:
     return round(
         weights.trust_tier * TIER_NORM[trust_tier]
         + weights.behavioral_trust * behavioral

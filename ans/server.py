@@ -42,7 +42,9 @@ def configure_logging(level: str = "info", fmt: str = "console") -> None:
     logging.basicConfig(level=lvl, stream=sys.stderr, format="%(message)s")
     logging.getLogger("faiss.loader").setLevel(logging.WARNING)
     renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
+        structlog.processors.JSONRenderer()
+        if fmt == "json"
+        else structlog.dev.ConsoleRenderer(colors=False)
     )
     structlog.configure(
         processors=[
@@ -93,8 +95,13 @@ def build_service(
         clock=clock,
     )
     n = service.load()
-    log.info("registry loaded", agents=n, data_dir=str(data), signing_kid=signing_key.kid,
-             trusted_governance_keys=trusted.kids())
+    log.info(
+        "registry loaded",
+        agents=n,
+        data_dir=str(data),
+        signing_kid=signing_key.kid,
+        trusted_governance_keys=trusted.kids(),
+    )
     return Built(service, demo_key)
 
 
@@ -110,8 +117,9 @@ def bind_socket(config: Config) -> socket.socket:
 
 
 def hypercorn_config(config: Config, sock: socket.socket) -> HypercornConfig:
+    """Hypercorn settings; the bound socket is handed over (hypercorn closes it)."""
     hc = HypercornConfig()
-    hc.bind = [f"fd://{sock.fileno()}"]
+    hc.bind = [f"fd://{sock.detach()}"]
     # AGTP sessions are long-lived: orchestrators and peers keep one HTTP/2
     # connection for many requests, so allow many before hypercorn recycles it.
     hc.keep_alive_max_requests = config.keep_alive_max_requests
@@ -129,7 +137,9 @@ def hypercorn_config(config: Config, sock: socket.socket) -> HypercornConfig:
     return hc
 
 
-def serve_forever(service: AnsService, config: Config, on_ready: Callable[[str], None] | None = None) -> None:
+def serve_forever(
+    service: AnsService, config: Config, on_ready: Callable[[str], None] | None = None
+) -> None:
     sock = bind_socket(config)
     host, port = sock.getsockname()[:2]
     scheme = "https" if config.tls_certfile else "http"
@@ -152,6 +162,5 @@ def serve_forever(service: AnsService, config: Config, on_ready: Callable[[str],
     try:
         asyncio.run(main())
     finally:
-        sock.close()
         service.audit.close()
         service.store.close()

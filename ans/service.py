@@ -144,15 +144,22 @@ class AnsService:
 
     # -- DISCOVER ---------------------------------------------------------------------
     def discover(self, req: DiscoverRequest) -> dict[str, Any]:
-        require_scope(req.identity, DISCOVERY_QUERY, method="DISCOVER", task_id=req.task_id,
-                      audit=self.audit)
+        require_scope(
+            req.identity, DISCOVERY_QUERY, method="DISCOVER", task_id=req.task_id, audit=self.audit
+        )
         p = req.params
-        self.zones.check_requested(req.identity, p.governance_zone, method="DISCOVER",
-                                   task_id=req.task_id, audit=self.audit)
+        self.zones.check_requested(
+            req.identity,
+            p.governance_zone,
+            method="DISCOVER",
+            task_id=req.task_id,
+            audit=self.audit,
+        )
         weights = self.config.ranking
         if p.intent is not None:
-            scores = self.matcher.scores(p.intent, p.capability_domains,
-                                         self.config.min_capability_match)
+            scores = self.matcher.scores(
+                p.intent, p.capability_domains, self.config.min_capability_match
+            )
         else:
             scores = None  # no intent: every agent is a candidate, ranked on trust alone
         ranked: list[tuple[float, float, AgentEntry]] = []
@@ -190,23 +197,33 @@ class AnsService:
     # -- ACTIVATE ---------------------------------------------------------------------
     def activate(self, req: ActivateRequest) -> dict[str, Any]:
         """Verify, persist durably, then index. Nothing is stored on any failure."""
-        require_scope(req.identity, DISCOVERY_REGISTER, method="ACTIVATE", task_id=req.task_id,
-                      audit=self.audit)
+        require_scope(
+            req.identity,
+            DISCOVERY_REGISTER,
+            method="ACTIVATE",
+            task_id=req.task_id,
+            audit=self.audit,
+        )
         try:
             validate_capabilities(req.capabilities)
             verified = verify_manifest(req.manifest, self.governance_keys)
         except AgtpError as exc:
             self.audit.record(
-                "activation_refused", status=exc.status, code=exc.code, method="ACTIVATE",
-                agent_id=req.identity.agent_id, principal_id=req.identity.principal_id,
-                task_id=req.task_id, canonical_id=str(req.manifest.get("canonical_id"))[:256],
+                "activation_refused",
+                status=exc.status,
+                code=exc.code,
+                method="ACTIVATE",
+                agent_id=req.identity.agent_id,
+                principal_id=req.identity.principal_id,
+                task_id=req.task_id,
+                canonical_id=str(req.manifest.get("canonical_id"))[:256],
                 reason=exc.message,
             )
             raise
         manifest = verified.manifest
         cid = manifest["canonical_id"]
         profile = profile_from(manifest, req.capabilities)
-        vectors = self.matcher.embed_profile(profile)  # type: ignore[attr-defined]
+        vectors = self.matcher.embed_profile(profile)
         now = rfc3339(self.clock())
         with self._activate_lock:
             previous = self.store.get(cid)
@@ -222,16 +239,27 @@ class AnsService:
             self.store.upsert(stored)  # durable (WAL, synchronous=FULL) before we answer
             entry = AgentEntry.from_stored(stored)
             with self._lock:
-                self.matcher.upsert(profile, vectors)  # type: ignore[call-arg]
+                self.matcher.upsert(profile, vectors)
                 self._registry[cid] = entry
         self.audit.record(
-            "activation", status=200, method="ACTIVATE", agent_id=req.identity.agent_id,
-            principal_id=req.identity.principal_id, task_id=req.task_id, canonical_id=cid,
-            signer_kid=verified.signer_kid, trust_tier=entry.trust_tier,
-            governance_zone=entry.governance_zone, replaced=previous is not None,
+            "activation",
+            status=200,
+            method="ACTIVATE",
+            agent_id=req.identity.agent_id,
+            principal_id=req.identity.principal_id,
+            task_id=req.task_id,
+            canonical_id=cid,
+            signer_kid=verified.signer_kid,
+            trust_tier=entry.trust_tier,
+            governance_zone=entry.governance_zone,
+            replaced=previous is not None,
         )
-        log.info("agent activated", canonical_id=cid, label=entry.fields["agent_label"],
-                 replaced=previous is not None)
+        log.info(
+            "agent activated",
+            canonical_id=cid,
+            label=entry.fields["agent_label"],
+            replaced=previous is not None,
+        )
         return {
             "canonical_id": cid,
             "lifecycle_state": "Active",
@@ -251,8 +279,9 @@ class AnsService:
                 "DESCRIBE of an indexed agent requires Agent-ID, Principal-ID and Authority-Scope",
                 code="missing_agent_id",
             )
-        require_scope(req.identity, DISCOVERY_QUERY, method="DESCRIBE", task_id=req.task_id,
-                      audit=self.audit)
+        require_scope(
+            req.identity, DISCOVERY_QUERY, method="DESCRIBE", task_id=req.task_id, audit=self.audit
+        )
         with self._lock:
             entry = self._registry.get(req.canonical_id)
         if entry is None or not self.zones.granted(entry.governance_zone, req.identity.scope):
@@ -269,7 +298,9 @@ class AnsService:
         """This ANS's Agent Manifest Document, self-signed, carrying its public key."""
         c = self.config
         jwk = self.key.public.jwk()
-        canonical = hashlib.sha256(canonicalize({k: jwk[k] for k in ("crv", "kty", "x", "y")})).hexdigest()
+        canonical = hashlib.sha256(
+            canonicalize({k: jwk[k] for k in ("crv", "kty", "x", "y")})
+        ).hexdigest()
         doc: dict[str, Any] = {
             "document_type": "agtp-manifest",
             "schema_version": "1.0",
@@ -307,4 +338,5 @@ class AnsService:
                 "max_limit": c.max_limit,
             },
         }
-        return sign_document(doc, self.key, "signature")
+        signed: dict[str, Any] = sign_document(doc, self.key, "signature")
+        return signed

@@ -37,7 +37,7 @@ class AuditLog:
         self._lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
         self._seq, self._prev = self._tail()
-        self._fh = open(path, "ab")  # noqa: SIM115 - held open for the log's lifetime
+        self._fh = open(path, "ab")
 
     def _tail(self) -> tuple[int, str]:
         if not self.path.exists() or self.path.stat().st_size == 0:
@@ -57,8 +57,13 @@ class AuditLog:
     def record(self, event: str, **fields: Any) -> dict[str, Any]:
         with self._lock:
             self._seq += 1
-            rec = {"seq": self._seq, "time": rfc3339(self._clock()), "event": event, **fields,
-                   "prev_hash": self._prev}
+            rec = {
+                "seq": self._seq,
+                "time": rfc3339(self._clock()),
+                "event": event,
+                **fields,
+                "prev_hash": self._prev,
+            }
             line = orjson.dumps(rec, option=orjson.OPT_SORT_KEYS)
             self._fh.write(line + b"\n")
             self._fh.flush()

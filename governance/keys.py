@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from ans.protocol import jsonstrict
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -23,8 +24,6 @@ from cryptography.hazmat.primitives.asymmetric.utils import (
     decode_dss_signature,
     encode_dss_signature,
 )
-
-from ans.protocol import jsonstrict
 
 _CURVE_BYTES = 32
 _ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
@@ -53,7 +52,12 @@ def _int_bytes(n: int) -> bytes:
 
 def public_jwk(pub: ec.EllipticCurvePublicKey) -> dict[str, str]:
     nums = pub.public_numbers()
-    return {"kty": "EC", "crv": "P-256", "x": b64url(_int_bytes(nums.x)), "y": b64url(_int_bytes(nums.y))}
+    return {
+        "kty": "EC",
+        "crv": "P-256",
+        "x": b64url(_int_bytes(nums.x)),
+        "y": b64url(_int_bytes(nums.y)),
+    }
 
 
 def thumbprint(jwk: Mapping[str, Any]) -> str:

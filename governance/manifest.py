@@ -28,7 +28,9 @@ MAX_EXAMPLE_TEXT = 1000
 _LABEL_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}")
 _METHOD_RE = re.compile(r"[A-Z][A-Z0-9_-]{0,31}")
 _ZONE_RE = re.compile(r"zone:[a-z0-9][a-z0-9._-]{0,119}")
-_DOMAIN_RE = re.compile(r"(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+_DOMAIN_RE = re.compile(
+    r"(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+)
 _CANONICAL_RE = re.compile(r"[A-Za-z0-9._:-]{1,256}")
 TIER2_FIELDS = ("trust_warning", "trust_tier_explanation")
 
@@ -77,8 +79,14 @@ REQUIRED_FIELDS: dict[str, tuple[Any, str]] = {
     "manifest_uri": (lambda v: _str(v) and v.startswith("agtp://"), "an agtp:// URI"),
     "canonical_id": (lambda v: isinstance(v, str) and _CANONICAL_RE.fullmatch(v), "an identifier"),
     "agent_label": (lambda v: isinstance(v, str) and _LABEL_RE.fullmatch(v), "a lowercase label"),
-    "org_domain": (lambda v: isinstance(v, str) and len(v) <= 253 and _DOMAIN_RE.fullmatch(v), "a lowercase DNS domain"),
-    "governance_zone": (lambda v: isinstance(v, str) and _ZONE_RE.fullmatch(v), "a zone id like 'zone:finance'"),
+    "org_domain": (
+        lambda v: isinstance(v, str) and len(v) <= 253 and _DOMAIN_RE.fullmatch(v),
+        "a lowercase DNS domain",
+    ),
+    "governance_zone": (
+        lambda v: isinstance(v, str) and _ZONE_RE.fullmatch(v),
+        "a zone id like 'zone:finance'",
+    ),
     "trust_tier": (lambda v: _is_int(v) and v in (1, 2, 3), "the integer 1, 2 or 3"),
     "package_format": (lambda v: _str(v, 32), "a string"),
     "package_integrity_hash": (lambda v: _str(v, 256), "a string"),
@@ -91,7 +99,10 @@ REQUIRED_FIELDS: dict[str, tuple[Any, str]] = {
         "a number from 0.0 to 1.0",
     ),
     "authority_scope_categories": (_scope_list, "a list of scope tokens"),
-    "supported_methods": (lambda v: _str_list(v, _METHOD_RE, 32), "a list of uppercase method names"),
+    "supported_methods": (
+        lambda v: _str_list(v, _METHOD_RE, 32),
+        "a list of uppercase method names",
+    ),
     "job_description": (lambda v: _str(v, MAX_TEXT), f"a string of at most {MAX_TEXT} characters"),
     "signature": (lambda v: isinstance(v, dict), "a signature object"),
 }
@@ -105,7 +116,9 @@ def validate_manifest_fields(manifest: Mapping[str, Any]) -> None:
                 f"manifest is missing required field {name!r}", code="manifest_missing_field"
             )
         if not check(manifest[name]):
-            raise InvalidManifest(f"manifest field {name!r} must be {what}", code="manifest_field_type")
+            raise InvalidManifest(
+                f"manifest field {name!r} must be {what}", code="manifest_field_type"
+            )
     if manifest["trust_tier"] == 2:
         for name in TIER2_FIELDS:
             if not _str(manifest.get(name)):
@@ -114,8 +127,12 @@ def validate_manifest_fields(manifest: Mapping[str, Any]) -> None:
                     code="manifest_missing_field",
                 )
     for name in ("version", "last_updated"):
-        if name in manifest and not (_timestamp(manifest[name]) if name == "last_updated" else _str(manifest[name], 64)):
-            raise InvalidManifest(f"manifest field {name!r} is malformed", code="manifest_field_type")
+        if name in manifest and not (
+            _timestamp(manifest[name]) if name == "last_updated" else _str(manifest[name], 64)
+        ):
+            raise InvalidManifest(
+                f"manifest field {name!r} is malformed", code="manifest_field_type"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +147,8 @@ def verify_manifest(manifest: dict[str, Any], trusted: KeyLookup) -> VerifiedMan
     kid = verify_document(manifest, trusted, "signature")
     if manifest["lifecycle_state"] != "Active":
         raise AgentNotActive(
-            f"lifecycle_state is {manifest['lifecycle_state'][:32]!r}; only Active agents are indexed"
+            f"lifecycle_state is {manifest['lifecycle_state'][:32]!r}; "
+            "only Active agents are indexed"
         )
     return VerifiedManifest(manifest, kid)
 
@@ -143,7 +161,9 @@ def _tool_names(v: Any) -> bool:
         return False
     for t in v:
         if isinstance(t, dict):
-            if not _str(t.get("name")) or ("description" in t and not _str(t["description"], MAX_EXAMPLE_TEXT)):
+            if not _str(t.get("name")) or (
+                "description" in t and not _str(t["description"], MAX_EXAMPLE_TEXT)
+            ):
                 return False
         elif not _str(t):
             return False
@@ -151,7 +171,10 @@ def _tool_names(v: Any) -> bool:
 
 
 CAPABILITY_FIELDS: dict[str, tuple[Any, str]] = {
-    "supported_methods": (lambda v: _str_list(v, _METHOD_RE, 32), "a list of uppercase method names"),
+    "supported_methods": (
+        lambda v: _str_list(v, _METHOD_RE, 32),
+        "a list of uppercase method names",
+    ),
     "modalities": (lambda v: _str_list(v, max_len=64), "a list of strings"),
     "tools": (_tool_names, "a list of tool names (or {name, description} objects)"),
     "zones_accepted": (lambda v: _str_list(v, _ZONE_RE, 128), "a list of zone ids"),
@@ -177,7 +200,9 @@ def validate_capabilities(caps: Mapping[str, Any]) -> None:
     examples = caps.get("examples")
     if examples is not None:
         if not isinstance(examples, list) or len(examples) > MAX_EXAMPLES:
-            raise InvalidCapabilities(f"capabilities.examples must be a list of at most {MAX_EXAMPLES}")
+            raise InvalidCapabilities(
+                f"capabilities.examples must be a list of at most {MAX_EXAMPLES}"
+            )
         seen: set[str] = set()
         for i, ex in enumerate(examples):
             if not isinstance(ex, dict) or not _str(ex.get("text"), MAX_EXAMPLE_TEXT):

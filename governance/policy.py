@@ -55,10 +55,15 @@ class ZonePolicy:
     def granted(self, zone: str, scope: AuthorityScope) -> bool:
         if zone not in self.restricted:
             return True
-        return scope.covers(parse_token(zone))
+        return bool(scope.covers(parse_token(zone)))
 
     def check_requested(
-        self, identity: Identity, zone: str | None, *, method: str, task_id: str | None,
+        self,
+        identity: Identity,
+        zone: str | None,
+        *,
+        method: str,
+        task_id: str | None,
         audit: AuditLog,
     ) -> None:
         if zone is None or self.granted(zone, identity.scope):
@@ -73,7 +78,9 @@ class ZonePolicy:
             scope_required=zone,
             task_id=task_id,
         )
-        raise ZoneViolation(f"governance_zone {zone} is restricted; Authority-Scope must carry {zone}")
+        raise ZoneViolation(
+            f"governance_zone {zone} is restricted; Authority-Scope must carry {zone}"
+        )
 
 
 class GatedAgent(Protocol):
@@ -101,7 +108,10 @@ def passes_gates(
         return False
     if agent.trust_tier > max_tier(params):
         return False
-    if params.behavioral_trust_min is not None and agent.behavioral_trust_score < params.behavioral_trust_min:
+    if (
+        params.behavioral_trust_min is not None
+        and agent.behavioral_trust_score < params.behavioral_trust_min
+    ):
         return False
     if params.governance_zone is not None and agent.governance_zone != params.governance_zone:
         return False

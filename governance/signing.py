@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 import orjson
-
 from ans.protocol.errors import SignatureInvalid, UnknownSigningKey
 from ans.protocol.jcs import canonicalize
 
@@ -36,8 +35,14 @@ def sign_detached(payload: bytes, key: SigningKey, header_b64: str | None = None
     return f"{header}..{b64url(key.sign_raw(signing_input))}"
 
 
-def signature_object(payload: bytes, key: SigningKey, header_b64: str | None = None) -> dict[str, str]:
-    return {"algorithm": ALGORITHM, "key_id": key.kid, "value": sign_detached(payload, key, header_b64)}
+def signature_object(
+    payload: bytes, key: SigningKey, header_b64: str | None = None
+) -> dict[str, str]:
+    return {
+        "algorithm": ALGORITHM,
+        "key_id": key.kid,
+        "value": sign_detached(payload, key, header_b64),
+    }
 
 
 def sign_document(doc: Mapping[str, Any], key: SigningKey, field: str) -> dict[str, Any]:
@@ -46,7 +51,9 @@ def sign_document(doc: Mapping[str, Any], key: SigningKey, field: str) -> dict[s
     return {**body, field: signature_object(canonicalize(body), key)}
 
 
-def verify_detached(value: str, payload: bytes, keys: KeyLookup, expected_kid: str | None = None) -> str:
+def verify_detached(
+    value: str, payload: bytes, keys: KeyLookup, expected_kid: str | None = None
+) -> str:
     """Verify a detached compact JWS; return the kid. Raises SignatureInvalid."""
     if not isinstance(value, str) or len(value) > MAX_JWS_LEN:
         raise SignatureInvalid("signature value is not a compact JWS")

@@ -18,8 +18,8 @@ import orjson
 
 from . import jsonstrict
 from .errors import (
-    REQUIRED_HEADER_CODES,
     INVALID_HEADER_CODES,
+    REQUIRED_HEADER_CODES,
     InvalidBody,
     InvalidHeader,
     InvalidParameter,
@@ -137,7 +137,9 @@ def check_envelope_headers(headers: Mapping[str, str]) -> None:
     """AGTP-Version (if sent) must be AGTP/1.x; Content-Type (if sent) JSON."""
     version = headers.get("agtp-version")
     if version is not None and not re.fullmatch(r"AGTP/1(?:\.\d{1,3})?", version.strip()):
-        raise UnsupportedVersion(f"AGTP-Version {version[:40]!r} is not supported; use {AGTP_VERSION}")
+        raise UnsupportedVersion(
+            f"AGTP-Version {version[:40]!r} is not supported; use {AGTP_VERSION}"
+        )
     ctype = headers.get("content-type")
     if ctype is not None:
         base = ctype.split(";", 1)[0].strip().lower()
@@ -184,7 +186,9 @@ class Envelope:
     parameters: dict[str, Any]
 
 
-def parse_envelope(method: str, headers: Mapping[str, str], body: bytes, limits: Limits) -> Envelope:
+def parse_envelope(
+    method: str, headers: Mapping[str, str], body: bytes, limits: Limits
+) -> Envelope:
     """The common AGTP body ``{"method", "task_id", "parameters", ...}``."""
     header_task = _header_text(headers, "task-id", MAX_TASK_ID_LEN)
     if not body.strip():
@@ -200,7 +204,9 @@ def parse_envelope(method: str, headers: Mapping[str, str], body: bytes, limits:
     body_task = doc.get("task_id")
     if body_task is not None:
         if not isinstance(body_task, str) or not body_task or len(body_task) > MAX_TASK_ID_LEN:
-            raise InvalidBody(f"task_id must be a non-empty string of at most {MAX_TASK_ID_LEN} chars")
+            raise InvalidBody(
+                f"task_id must be a non-empty string of at most {MAX_TASK_ID_LEN} chars"
+            )
         if header_task is not None and body_task != header_task:
             raise TaskIdMismatch("the Task-ID header and the body task_id differ")
     params = doc.get("parameters", {})
@@ -250,7 +256,8 @@ def parse_discover_params(p: Mapping[str, Any], limits: Limits) -> DiscoverParam
         if unknown:
             raise InvalidParameter(
                 "capability_domains",
-                f"unknown domain {unknown[0][:40]!r}; known: {', '.join(sorted(CAPABILITY_DOMAINS))}",
+                f"unknown domain {unknown[0][:40]!r}; "
+                f"known: {', '.join(sorted(CAPABILITY_DOMAINS))}",
             )
         domains = tuple(sorted(set(domains)))
 
@@ -342,7 +349,9 @@ def parse_activate(headers: Mapping[str, str], body: bytes, limits: Limits) -> A
     caps = env.parameters.get("capabilities", {})
     if not isinstance(caps, dict):
         raise InvalidParameter("capabilities", "must be a DESCRIBE Capability Document object")
-    return ActivateRequest(identity=identity, task_id=env.task_id, manifest=manifest, capabilities=caps)
+    return ActivateRequest(
+        identity=identity, task_id=env.task_id, manifest=manifest, capabilities=caps
+    )
 
 
 PARSERS = {"DISCOVER": parse_discover, "DESCRIBE": parse_describe, "ACTIVATE": parse_activate}

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from ans.governance.keys import SigningKey
 from ans.governance.signing import sign_document
 

@@ -12,23 +12,26 @@ from typing import Any
 
 import orjson
 import pytest
-from joserfc import jws
-from joserfc.jwk import ECKey
-
-from ans.config import Config
 from ans.governance.audit import AuditLog, verify_chain
 from ans.governance.keys import SigningKey, TrustedKeys
-from ans.matcher import FaissMatcher
 from ans.protocol.errors import AgtpError
 from ans.protocol.jcs import canonicalize
 from ans.protocol.messages import ActivateRequest, Identity, Limits, parse_discover
 from ans.protocol.scope import parse_authority_scope
+from joserfc import jws
+from joserfc.jwk import ECKey
+
+from ans.config import Config
+from ans.matcher import FaissMatcher
 from ans.service import AnsService
 from ans.store import SQLiteStore
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
-GOV = Identity("agtp://gov.example/agents/platform", "gov-operator",
-               parse_authority_scope("discovery:register"))
+GOV = Identity(
+    "agtp://gov.example/agents/platform",
+    "gov-operator",
+    parse_authority_scope("discovery:register"),
+)
 
 
 def caps(**kw: Any) -> dict[str, Any]:
@@ -37,32 +40,53 @@ def caps(**kw: Any) -> dict[str, Any]:
 
 AGENTS: dict[str, dict[str, Any]] = {
     # label: manifest overrides (+ "caps")
-    "solidity-auditor": dict(trust_tier=1, behavioral_trust_score=0.97, governance_zone="zone:finance",
-                             org_domain="audit.example",
-                             job_description="Audits Solidity smart contracts for reentrancy and overflow bugs.",
-                             caps=caps(tools=["slither"], tags=["smart-contracts", "security-audit"])),
-    "contract-reviewer": dict(trust_tier=2, behavioral_trust_score=0.85, governance_zone="zone:finance",
-                              org_domain="review.example",
-                              job_description="Security review of Ethereum smart contracts and DeFi protocols.",
-                              caps=caps(tags=["blockchain", "security-audit"])),
-    "fuzzer": dict(trust_tier=3, behavioral_trust_score=0.95, governance_zone="zone:partner",
-                   org_domain="lab.example",
-                   job_description="Fuzzes Solidity smart contracts to find reentrancy and invariant bugs.",
-                   caps=caps(tools=["echidna"])),
-    "legal-translator": dict(trust_tier=1, behavioral_trust_score=0.93, governance_zone="zone:legal",
-                             org_domain="lex.example",
-                             job_description="Translates legal contracts between German and English.",
-                             caps=caps(tags=["translation", "legal"])),
-    "clinical-coder": dict(trust_tier=1, behavioral_trust_score=0.91, governance_zone="zone:healthcare",
-                           org_domain="med.example",
-                           job_description="Assigns ICD-10 codes to clinical notes and discharge summaries.",
-                           caps=caps(tags=["medical-coding"])),
+    "solidity-auditor": dict(
+        trust_tier=1,
+        behavioral_trust_score=0.97,
+        governance_zone="zone:finance",
+        org_domain="audit.example",
+        job_description="Audits Solidity smart contracts for reentrancy and overflow bugs.",
+        caps=caps(tools=["slither"], tags=["smart-contracts", "security-audit"]),
+    ),
+    "contract-reviewer": dict(
+        trust_tier=2,
+        behavioral_trust_score=0.85,
+        governance_zone="zone:finance",
+        org_domain="review.example",
+        job_description="Security review of Ethereum smart contracts and DeFi protocols.",
+        caps=caps(tags=["blockchain", "security-audit"]),
+    ),
+    "fuzzer": dict(
+        trust_tier=3,
+        behavioral_trust_score=0.95,
+        governance_zone="zone:partner",
+        org_domain="lab.example",
+        job_description="Fuzzes Solidity smart contracts to find reentrancy and invariant bugs.",
+        caps=caps(tools=["echidna"]),
+    ),
+    "legal-translator": dict(
+        trust_tier=1,
+        behavioral_trust_score=0.93,
+        governance_zone="zone:legal",
+        org_domain="lex.example",
+        job_description="Translates legal contracts between German and English.",
+        caps=caps(tags=["translation", "legal"]),
+    ),
+    "clinical-coder": dict(
+        trust_tier=1,
+        behavioral_trust_score=0.91,
+        governance_zone="zone:healthcare",
+        org_domain="med.example",
+        job_description="Assigns ICD-10 codes to clinical notes and discharge summaries.",
+        caps=caps(tags=["medical-coding"]),
+    ),
 }
 
 
 @pytest.fixture
-def world(tmp_path: Path, embedder: Any, gov_key: SigningKey,
-          make_manifest: Callable[..., dict[str, Any]]) -> Iterator[dict[str, Any]]:
+def world(
+    tmp_path: Path, embedder: Any, gov_key: SigningKey, make_manifest: Callable[..., dict[str, Any]]
+) -> Iterator[dict[str, Any]]:
     cfg = Config(data_dir=tmp_path, restricted_zones=("zone:healthcare",))
     svc = make_service(cfg, embedder, gov_key)
     ids: dict[str, str] = {}
@@ -91,8 +115,11 @@ def make_service(cfg: Config, embedder: Any, gov_key: SigningKey) -> AnsService:
 
 
 def discover(svc: AnsService, scope: str = "discovery:query", **params: Any) -> dict[str, Any]:
-    headers = {"agent-id": "agtp://o.example/agents/orch", "principal-id": "usr-1",
-               "authority-scope": scope}
+    headers = {
+        "agent-id": "agtp://o.example/agents/orch",
+        "principal-id": "usr-1",
+        "authority-scope": scope,
+    }
     body = orjson.dumps({"method": "DISCOVER", "task_id": "t1", "parameters": params})
     return svc.discover(parse_discover(headers, body, Limits()))
 
@@ -121,7 +148,9 @@ def test_trust_tier_min_1_admits_only_verified(world: dict[str, Any]) -> None:
 def test_behavioral_trust_floor(world: dict[str, Any]) -> None:
     got = labels(discover(world["svc"], intent=SOLIDITY, behavioral_trust_min=0.9))
     assert got == ["solidity-auditor"]
-    assert "contract-reviewer" in labels(discover(world["svc"], intent=SOLIDITY, behavioral_trust_min=0.85))
+    assert "contract-reviewer" in labels(
+        discover(world["svc"], intent=SOLIDITY, behavioral_trust_min=0.85)
+    )
 
 
 def test_governance_zone_filter(world: dict[str, Any]) -> None:
@@ -138,7 +167,9 @@ def test_org_domain_filter(world: dict[str, Any]) -> None:
 def test_capability_floor_drops_unrelated_agents(world: dict[str, Any]) -> None:
     got = discover(world["svc"], intent=SOLIDITY)
     assert "legal-translator" not in labels(got)
-    assert all(r["capability_match_score"] >= world["cfg"].min_capability_match for r in got["results"])
+    assert all(
+        r["capability_match_score"] >= world["cfg"].min_capability_match for r in got["results"]
+    )
     # without an intent nothing is capability-filtered: ranked on trust alone
     assert "legal-translator" in labels(discover(world["svc"]))
 
@@ -149,7 +180,9 @@ def test_restricted_zone_invisible_without_grant_and_453_when_asked(world: dict[
     with pytest.raises(AgtpError) as exc:
         discover(svc, governance_zone="zone:healthcare")
     assert (exc.value.status, exc.value.code) == (453, "zone_violation")
-    granted = discover(svc, scope="discovery:query zone:healthcare", governance_zone="zone:healthcare")
+    granted = discover(
+        svc, scope="discovery:query zone:healthcare", governance_zone="zone:healthcare"
+    )
     assert labels(granted) == ["clinical-coder"]
     assert "clinical-coder" in labels(discover(svc, scope="discovery:query zone:*"))
     audit = (world["path"] / "audit.jsonl").read_text().splitlines()
@@ -184,10 +217,10 @@ def test_rank_scores_hand_computed_without_intent(world: dict[str, Any]) -> None
     # No intent: capability_match_score = 0, so rank = 0.3*tier_norm + 0.4*behavioral.
     got = discover(world["svc"], trust_tier_min=3, limit=10)
     expected = {
-        "solidity-auditor": 0.3 * 1.0 + 0.4 * 0.97,   # 0.688
-        "legal-translator": 0.3 * 1.0 + 0.4 * 0.93,   # 0.672
+        "solidity-auditor": 0.3 * 1.0 + 0.4 * 0.97,  # 0.688
+        "legal-translator": 0.3 * 1.0 + 0.4 * 0.93,  # 0.672
         "contract-reviewer": 0.3 * 0.5 + 0.4 * 0.85,  # 0.490
-        "fuzzer": 0.3 * 0.0 + 0.4 * 0.95,             # 0.380
+        "fuzzer": 0.3 * 0.0 + 0.4 * 0.95,  # 0.380
     }
     assert labels(got) == list(expected)  # clinical-coder is in a restricted zone
     for r in got["results"]:
@@ -203,7 +236,11 @@ def test_rank_score_formula_with_intent(world: dict[str, Any]) -> None:
     scores = [r["rank_score"] for r in got["results"]]
     assert scores == sorted(scores, reverse=True)
     for r in got["results"]:
-        want = 0.3 * tier_norm[r["trust_tier"]] + 0.4 * r["behavioral_trust_score"] + 0.3 * r["capability_match_score"]
+        want = (
+            0.3 * tier_norm[r["trust_tier"]]
+            + 0.4 * r["behavioral_trust_score"]
+            + 0.3 * r["capability_match_score"]
+        )
         assert r["rank_score"] == pytest.approx(want, abs=2e-6)
         assert 0.0 <= r["capability_match_score"] <= 1.0
     assert got["results"][0]["agent_label"] == "solidity-auditor"
@@ -233,9 +270,19 @@ def test_result_fields_and_signature_verify_with_joserfc(world: dict[str, Any]) 
     svc = world["svc"]
     got = discover(svc, intent=SOLIDITY, trust_tier_min=1)
     top = got["results"][0]
-    for field in ("rank", "manifest_uri", "canonical_id", "agent_label", "org_domain", "trust_tier",
-                  "behavioral_trust_score", "supported_methods", "capability_match_score",
-                  "governance_zone", "job_description"):
+    for field in (
+        "rank",
+        "manifest_uri",
+        "canonical_id",
+        "agent_label",
+        "org_domain",
+        "trust_tier",
+        "behavioral_trust_score",
+        "supported_methods",
+        "capability_match_score",
+        "governance_zone",
+        "job_description",
+    ):
         assert field in top
     assert got["query_id"] == "qry-fixed" and got["generated_at"] == "2026-11-21T12:00:00.000Z"
     sig = got["ans_signature"]
@@ -254,8 +301,9 @@ def test_result_fields_and_signature_verify_with_joserfc(world: dict[str, Any]) 
         jws.deserialize_compact(token2, key, algorithms=["ES256"])
 
 
-def test_behavioral_score_comes_from_the_manifest(world: dict[str, Any],
-                                                 make_manifest: Callable[..., dict[str, Any]]) -> None:
+def test_behavioral_score_comes_from_the_manifest(
+    world: dict[str, Any], make_manifest: Callable[..., dict[str, Any]]
+) -> None:
     svc = world["svc"]
     m = make_manifest("honest", behavioral_trust_score=0.61, job_description="Books hotel rooms.")
     svc.activate(ActivateRequest(GOV, "t", m, caps(behavioral_trust_score=0.99, tags=["hotels"])))
@@ -267,8 +315,12 @@ def test_behavioral_score_comes_from_the_manifest(world: dict[str, Any],
 # -- ACTIVATE ------------------------------------------------------------------------------------
 
 
-def _refused(svc: AnsService, manifest: dict[str, Any], capabilities: dict[str, Any] | None = None,
-             identity: Identity = GOV) -> AgtpError:
+def _refused(
+    svc: AnsService,
+    manifest: dict[str, Any],
+    capabilities: dict[str, Any] | None = None,
+    identity: Identity = GOV,
+) -> AgtpError:
     before = svc.store.count()
     with pytest.raises(AgtpError) as exc:
         svc.activate(ActivateRequest(identity, "t-bad", manifest, capabilities or caps()))
@@ -276,11 +328,16 @@ def _refused(svc: AnsService, manifest: dict[str, Any], capabilities: dict[str, 
     return exc.value
 
 
-def test_activate_refusals(world: dict[str, Any], make_manifest: Callable[..., dict[str, Any]]) -> None:
+def test_activate_refusals(
+    world: dict[str, Any], make_manifest: Callable[..., dict[str, Any]]
+) -> None:
     svc = world["svc"]
     good = make_manifest("newcomer", job_description="Plans trips to Japan.")
     tampered = dict(good, behavioral_trust_score=0.99)
-    assert (_refused(svc, tampered).code, _refused(svc, tampered).status) == ("signature_invalid", 401)
+    assert (_refused(svc, tampered).code, _refused(svc, tampered).status) == (
+        "signature_invalid",
+        401,
+    )
     stranger = make_manifest("newcomer", key=SigningKey.generate())
     assert _refused(svc, stranger).code == "unknown_signing_key"
     suspended = make_manifest("newcomer", lifecycle_state="Suspended")
@@ -295,31 +352,50 @@ def test_activate_refusals(world: dict[str, Any], make_manifest: Callable[..., d
     assert (err.status, err.code) == (451, "scope_violation")
     assert svc.store.get(good["canonical_id"]) is None
     assert "newcomer" not in labels(discover(svc, intent="plan a trip to Japan", trust_tier_min=3))
-    events = [orjson.loads(line)["event"] for line in (world["path"] / "audit.jsonl").read_text().splitlines()]
+    events = [
+        orjson.loads(line)["event"]
+        for line in (world["path"] / "audit.jsonl").read_text().splitlines()
+    ]
     assert events.count("activation_refused") >= 5 and "scope_violation" in events
 
 
-def test_activate_then_next_discover_finds_it(world: dict[str, Any],
-                                              make_manifest: Callable[..., dict[str, Any]]) -> None:
+def test_activate_then_next_discover_finds_it(
+    world: dict[str, Any], make_manifest: Callable[..., dict[str, Any]]
+) -> None:
     svc = world["svc"]
-    m = make_manifest("tokyo-planner", job_description="Plans multi-city trips in Japan with rail passes.")
+    m = make_manifest(
+        "tokyo-planner", job_description="Plans multi-city trips in Japan with rail passes."
+    )
     out = svc.activate(ActivateRequest(GOV, "t", m, caps(tags=["travel"])))
     assert out["canonical_id"] == m["canonical_id"] and out["lifecycle_state"] == "Active"
     assert labels(discover(svc, intent="plan a rail trip across Japan"))[0] == "tokyo-planner"
 
 
-def test_reactivation_replaces_the_record(world: dict[str, Any],
-                                          make_manifest: Callable[..., dict[str, Any]]) -> None:
+def test_reactivation_replaces_the_record(
+    world: dict[str, Any], make_manifest: Callable[..., dict[str, Any]]
+) -> None:
     svc = world["svc"]
-    m = make_manifest("legal-translator", org_domain="lex.example", trust_tier=1, behavioral_trust_score=0.5,
-                      governance_zone="zone:legal", job_description="Translates legal contracts between German and English.")
+    m = make_manifest(
+        "legal-translator",
+        org_domain="lex.example",
+        trust_tier=1,
+        behavioral_trust_score=0.5,
+        governance_zone="zone:legal",
+        job_description="Translates legal contracts between German and English.",
+    )
     svc.activate(ActivateRequest(GOV, "t", m, caps()))
     got = discover(svc, intent="translate a legal contract into English")
-    assert [r["behavioral_trust_score"] for r in got["results"] if r["agent_label"] == "legal-translator"] == [0.5]
+    assert [
+        r["behavioral_trust_score"]
+        for r in got["results"]
+        if r["agent_label"] == "legal-translator"
+    ] == [0.5]
     assert svc.store.count() == len(AGENTS)
 
 
-def test_registry_survives_restart(world: dict[str, Any], embedder: Any, gov_key: SigningKey) -> None:
+def test_registry_survives_restart(
+    world: dict[str, Any], embedder: Any, gov_key: SigningKey
+) -> None:
     svc = world["svc"]
     first = discover(svc, intent=SOLIDITY, trust_tier_min=3)
     svc.audit.close()
@@ -333,16 +409,25 @@ def test_registry_survives_restart(world: dict[str, Any], embedder: Any, gov_key
     world["svc"] = again
 
 
-def test_capability_domains_restrict_matching(world: dict[str, Any],
-                                              make_manifest: Callable[..., dict[str, Any]]) -> None:
+def test_capability_domains_restrict_matching(
+    world: dict[str, Any], make_manifest: Callable[..., dict[str, Any]]
+) -> None:
     svc = world["svc"]
-    m = make_manifest("generalist", job_description="General back-office assistant for small teams.")
-    svc.activate(ActivateRequest(GOV, "t", m, caps(tools=["slither", "mythril", "solidity-compiler"])))
+    m = make_manifest(
+        "generalist", job_description="General back-office assistant for small teams."
+    )
+    svc.activate(
+        ActivateRequest(GOV, "t", m, caps(tools=["slither", "mythril", "solidity-compiler"]))
+    )
     intent = "slither mythril solidity compiler"
-    with_tools = {r["agent_label"]: r["capability_match_score"]
-                  for r in discover(svc, intent=intent, capability_domains=["tools"])["results"]}
-    without = {r["agent_label"]: r["capability_match_score"]
-               for r in discover(svc, intent=intent, capability_domains=["modalities"])["results"]}
+    with_tools = {
+        r["agent_label"]: r["capability_match_score"]
+        for r in discover(svc, intent=intent, capability_domains=["tools"])["results"]
+    }
+    without = {
+        r["agent_label"]: r["capability_match_score"]
+        for r in discover(svc, intent=intent, capability_domains=["modalities"])["results"]
+    }
     assert "generalist" in with_tools
     assert without.get("generalist", 0.0) < with_tools["generalist"]
 
@@ -365,3 +450,36 @@ def test_config_is_validated() -> None:
         replace(Config(), max_limit=0).validate()
     with pytest.raises(ConfigError):
         replace(Config(), listen="nonsense").validate()
+
+
+def test_config_file_loading(tmp_path: Path) -> None:
+    from ans.config import ConfigError, load
+
+    example = Path(__file__).resolve().parents[2] / "deploy" / "ans.example.toml"
+    cfg = load(example, listen="127.0.0.1:0")
+    assert cfg.listen == "127.0.0.1:0" and cfg.restricted_zones == ("zone:finance",)
+    assert cfg.governance_jwks == (example.parent / "governance.jwks.json",)
+    bad = tmp_path / "bad.toml"
+    for text in (
+        "[server]\nlisten = 5\n",
+        "[server]\nbogus = 1\n",
+        "[nowhere]\nx = 1\n",
+        "[ranking]\ntrust_tier = 0.9\n",
+        '[discovery]\nmax_limit = "many"\n',
+        "not toml [",
+    ):
+        bad.write_text(text)
+        with pytest.raises(ConfigError):
+            load(bad)
+
+
+def test_lifecycle_gate_excludes_non_active_entries(world: dict[str, Any]) -> None:
+    from ans.governance.policy import passes_gates
+    from ans.protocol.messages import parse_discover_params
+
+    svc = world["svc"]
+    entry = svc._registry[world["ids"]["solidity-auditor"]]
+    params = parse_discover_params({}, Limits())
+    scope = parse_authority_scope("discovery:query")
+    assert passes_gates(entry, params, scope, svc.zones)
+    assert not passes_gates(replace(entry, lifecycle_state="Suspended"), params, scope, svc.zones)

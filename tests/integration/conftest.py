@@ -11,9 +11,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
-
 from ans.governance.keys import SigningKey
 
 START_TIMEOUT = 90.0
@@ -30,8 +30,13 @@ class RunningServer:
 def start_server(data_dir: Path, *extra: str) -> RunningServer:
     ans = Path(sys.executable).with_name("ans")
     cmd = [str(ans), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir), *extra]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     lines: queue.Queue[str] = queue.Queue()
     output: list[str] = []
 
@@ -78,9 +83,25 @@ def test_gov_key(tmp_path_factory: pytest.TempPathFactory) -> tuple[SigningKey, 
 
 
 @pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory,
-           test_gov_key: tuple[SigningKey, Path]) -> Iterator[RunningServer]:
+def server(
+    tmp_path_factory: pytest.TempPathFactory, test_gov_key: tuple[SigningKey, Path]
+) -> Iterator[RunningServer]:
     data = tmp_path_factory.mktemp("ans-data")
     srv = start_server(data, "--demo", "--governance-jwks", str(test_gov_key[1]))
     yield srv
     stop_server(srv)
+
+
+@pytest.fixture
+def server_factory() -> Iterator[Any]:
+    """start(data_dir, *args) -> RunningServer; every server is stopped afterwards."""
+    started: list[RunningServer] = []
+
+    def start(data_dir: Path, *extra: str) -> RunningServer:
+        srv = start_server(data_dir, *extra)
+        started.append(srv)
+        return srv
+
+    yield start
+    for srv in started:
+        stop_server(srv)

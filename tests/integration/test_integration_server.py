@@ -13,12 +13,11 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from joserfc import jws
-from joserfc.jwk import ECKey
-
 from ans.governance.keys import SigningKey
 from ans.governance.signing import sign_document
 from ans.protocol.jcs import canonicalize
+from joserfc import jws
+from joserfc.jwk import ECKey
 
 pytestmark = pytest.mark.integration
 
@@ -46,12 +45,22 @@ def h2(server: Any) -> Any:
         yield c
 
 
-def call(client: httpx.Client, method: str, params: Any, *, headers: dict[str, str] | None = None,
-         task_id: str = "task-it-1", body: bytes | None = None) -> httpx.Response:
+def call(
+    client: httpx.Client,
+    method: str,
+    params: Any,
+    *,
+    headers: dict[str, str] | None = None,
+    task_id: str = "task-it-1",
+    body: bytes | None = None,
+) -> httpx.Response:
     hdrs = {**IDENTITY, "task-id": task_id, **(headers or {})}
     hdrs = {k: v for k, v in hdrs.items() if v is not None}
-    content = body if body is not None else orjson.dumps(
-        {"method": method, "task_id": task_id, "parameters": params})
+    content = (
+        body
+        if body is not None
+        else orjson.dumps({"method": method, "task_id": task_id, "parameters": params})
+    )
     return client.request(method, "/", content=content, headers=hdrs)
 
 
@@ -88,35 +97,55 @@ def test_discover_is_signed_ranked_and_verifiable(h2: httpx.Client) -> None:
         assert r["governance_zone"] == "zone:finance"
     assert result["query_digest"] == hashlib.sha256(canonicalize(SOLIDITY)).hexdigest()
     jwks = h2.get("/.well-known/jwks.json").json()
-    assert verify_with_joserfc(result, jwks) == {"alg": "ES256", "kid": result["ans_signature"]["key_id"]}
+    assert verify_with_joserfc(result, jwks) == {
+        "alg": "ES256",
+        "kid": result["ans_signature"]["key_id"],
+    }
 
 
 def test_same_query_same_ranking(h2: httpx.Client) -> None:
     params = {"intent": "translate a legal contract from German to English", "trust_tier_min": 3}
-    a, b = call(h2, "DISCOVER", params).json()["result"], call(h2, "DISCOVER", params).json()["result"]
+    a, b = (
+        call(h2, "DISCOVER", params).json()["result"],
+        call(h2, "DISCOVER", params).json()["result"],
+    )
     assert [r["canonical_id"] for r in a["results"]] == [r["canonical_id"] for r in b["results"]]
     assert [r["rank_score"] for r in a["results"]] == [r["rank_score"] for r in b["results"]]
 
 
 def test_451_without_discovery_query_is_audited(h2: httpx.Client, server: Any) -> None:
-    resp = call(h2, "DISCOVER", {"intent": "x"}, task_id="task-451-probe",
-                headers={"authority-scope": "agents:delegate documents:query"})
+    resp = call(
+        h2,
+        "DISCOVER",
+        {"intent": "x"},
+        task_id="task-451-probe",
+        headers={"authority-scope": "agents:delegate documents:query"},
+    )
     assert resp.status_code == 451 and resp.headers["agtp-status"] == "451"
     body = resp.json()
     assert body["error"]["code"] == "scope_violation" and body["task_id"] == "task-451-probe"
-    records = [json.loads(line) for line in (server.data_dir / "audit.jsonl").read_text().splitlines()]
+    records = [
+        json.loads(line) for line in (server.data_dir / "audit.jsonl").read_text().splitlines()
+    ]
     hits = [r for r in records if r.get("task_id") == "task-451-probe"]
     assert len(hits) == 1
     rec = hits[0]
     assert rec["event"] == "scope_violation" and rec["method"] == "DISCOVER"
-    assert rec["agent_id"] == IDENTITY["agent-id"] and rec["principal_id"] == IDENTITY["principal-id"]
+    assert (
+        rec["agent_id"] == IDENTITY["agent-id"] and rec["principal_id"] == IDENTITY["principal-id"]
+    )
     assert rec["scope_presented"] == "agents:delegate documents:query"
     assert rec["scope_required"] == "discovery:query" and rec["time"]
 
 
-@pytest.mark.parametrize("header,code", [("agent-id", "missing_agent_id"),
-                                         ("principal-id", "missing_principal_id"),
-                                         ("authority-scope", "missing_authority_scope")])
+@pytest.mark.parametrize(
+    "header,code",
+    [
+        ("agent-id", "missing_agent_id"),
+        ("principal-id", "missing_principal_id"),
+        ("authority-scope", "missing_authority_scope"),
+    ],
+)
 def test_missing_identity_header_is_400(h2: httpx.Client, header: str, code: str) -> None:
     resp = call(h2, "DISCOVER", {"intent": "x"}, headers={header: None})  # type: ignore[dict-item]
     assert resp.status_code == 400
@@ -128,11 +157,18 @@ def test_malformed_json_is_400(h2: httpx.Client) -> None:
     assert resp.status_code == 400 and resp.json()["error"]["code"] == "malformed_json"
 
 
-@pytest.mark.parametrize("params,name", [({"limit": 0}, "limit"), ({"limit": 100000}, "limit"),
-                                         ({"trust_tier_min": 7}, "trust_tier_min"),
-                                         ({"behavioral_trust_min": 2}, "behavioral_trust_min")])
-def test_invalid_parameters_are_422_naming_the_parameter(h2: httpx.Client, params: dict[str, Any],
-                                                         name: str) -> None:
+@pytest.mark.parametrize(
+    "params,name",
+    [
+        ({"limit": 0}, "limit"),
+        ({"limit": 100000}, "limit"),
+        ({"trust_tier_min": 7}, "trust_tier_min"),
+        ({"behavioral_trust_min": 2}, "behavioral_trust_min"),
+    ],
+)
+def test_invalid_parameters_are_422_naming_the_parameter(
+    h2: httpx.Client, params: dict[str, Any], name: str
+) -> None:
     resp = call(h2, "DISCOVER", {"intent": "audit contracts", **params})
     assert resp.status_code == 422
     err = resp.json()["error"]
@@ -141,8 +177,11 @@ def test_invalid_parameters_are_422_naming_the_parameter(h2: httpx.Client, param
 
 def test_post_agtp_with_method_header_and_http11(server: Any) -> None:
     with httpx.Client(base_url=server.url, timeout=20) as h1:  # plain HTTP/1.1
-        resp = h1.post("/agtp", content=orjson.dumps({"parameters": {"intent": "book a flight"}}),
-                       headers={**IDENTITY, "agtp-method": "DISCOVER"})
+        resp = h1.post(
+            "/agtp",
+            content=orjson.dumps({"parameters": {"intent": "book a flight"}}),
+            headers={**IDENTITY, "agtp-method": "DISCOVER"},
+        )
         assert resp.http_version == "HTTP/1.1"
         assert resp.status_code == 200
         assert resp.json()["result"]["results"][0]["agent_label"] == "flight-booker"
@@ -170,20 +209,34 @@ def _agents(h2: httpx.Client) -> int:
 
 
 def _gov(**kw: str) -> dict[str, str]:
-    return {"agent-id": "agtp://gov.example/agents/platform", "principal-id": "gov-op",
-            "authority-scope": "discovery:register", **kw}
+    return {
+        "agent-id": "agtp://gov.example/agents/platform",
+        "principal-id": "gov-op",
+        "authority-scope": "discovery:register",
+        **kw,
+    }
 
 
 def _manifest(key: SigningKey, label: str, **kw: Any) -> dict[str, Any]:
     uri = f"agtp://agtp.newco.example/agents/{label}"
     m: dict[str, Any] = {
-        "document_type": "agtp-manifest", "schema_version": "1.0", "manifest_uri": uri,
-        "canonical_id": hashlib.sha256(uri.encode()).hexdigest(), "agent_label": label,
-        "org_domain": "newco.example", "governance_zone": "zone:public", "trust_tier": 1,
-        "package_format": "nomo", "package_integrity_hash": "sha256:" + "cd" * 32,
-        "lifecycle_state": "Active", "cert_status": "Active", "principal_org": "NewCo",
-        "activated_at": "2026-02-01T00:00:00Z", "behavioral_trust_score": 0.95,
-        "authority_scope_categories": ["astronomy:query"], "supported_methods": ["QUERY"],
+        "document_type": "agtp-manifest",
+        "schema_version": "1.0",
+        "manifest_uri": uri,
+        "canonical_id": hashlib.sha256(uri.encode()).hexdigest(),
+        "agent_label": label,
+        "org_domain": "newco.example",
+        "governance_zone": "zone:public",
+        "trust_tier": 1,
+        "package_format": "nomo",
+        "package_integrity_hash": "sha256:" + "cd" * 32,
+        "lifecycle_state": "Active",
+        "cert_status": "Active",
+        "principal_org": "NewCo",
+        "activated_at": "2026-02-01T00:00:00Z",
+        "behavioral_trust_score": 0.95,
+        "authority_scope_categories": ["astronomy:query"],
+        "supported_methods": ["QUERY"],
         "job_description": "Identifies exoplanet transits in telescope light curves.",
     }
     m.update(kw)
@@ -198,32 +251,48 @@ def test_activate_refusals_leave_the_store_unchanged(h2: httpx.Client, test_gov_
         "signature_invalid": dict(good, behavioral_trust_score=0.99),
         "unknown_signing_key": _manifest(SigningKey.generate(), "transit-finder"),
         "lifecycle_not_active": _manifest(key, "transit-finder", lifecycle_state="Suspended"),
-        "manifest_missing_field": {k: v for k, v in _manifest(key, "transit-finder").items()
-                                   if k != "job_description"},
+        "manifest_missing_field": {
+            k: v for k, v in _manifest(key, "transit-finder").items() if k != "job_description"
+        },
     }
     for code, manifest in cases.items():
         resp = call(h2, "ACTIVATE", {"manifest": manifest, "capabilities": {}}, headers=_gov())
         assert 400 <= resp.status_code < 500, code
         assert resp.json()["error"]["code"] == code
-    resp = call(h2, "ACTIVATE", {"manifest": good}, headers=_gov(**{"authority-scope": "discovery:query"}))
+    resp = call(
+        h2, "ACTIVATE", {"manifest": good}, headers=_gov(**{"authority-scope": "discovery:query"})
+    )
     assert resp.status_code == 451
     assert _agents(h2) == before
     probe = call(h2, "DESCRIBE", {"canonical_id": good["canonical_id"]})
     assert probe.status_code == 404
-    found = call(h2, "DISCOVER", {"intent": "find exoplanet transits in light curves"}).json()["result"]
+    found = call(h2, "DISCOVER", {"intent": "find exoplanet transits in light curves"}).json()[
+        "result"
+    ]
     assert "transit-finder" not in [r["agent_label"] for r in found["results"]]
 
 
 def test_activate_then_discover(h2: httpx.Client, test_gov_key: Any) -> None:
     key, _ = test_gov_key
-    m = _manifest(key, "exoplanet-hunter", job_description="Detects exoplanet transits in TESS light curves.")
-    caps = {"supported_methods": ["QUERY"], "modalities": ["tabular"], "tools": ["lightkurve"],
-            "zones_accepted": ["zone:public"], "tags": ["astronomy"],
-            "examples": [{"id": "ex-1", "text": "Find transit signals in this TESS sector 14 light curve."}]}
+    m = _manifest(
+        key, "exoplanet-hunter", job_description="Detects exoplanet transits in TESS light curves."
+    )
+    caps = {
+        "supported_methods": ["QUERY"],
+        "modalities": ["tabular"],
+        "tools": ["lightkurve"],
+        "zones_accepted": ["zone:public"],
+        "tags": ["astronomy"],
+        "examples": [
+            {"id": "ex-1", "text": "Find transit signals in this TESS sector 14 light curve."}
+        ],
+    }
     resp = call(h2, "ACTIVATE", {"manifest": m, "capabilities": caps}, headers=_gov())
     assert resp.status_code == 200, resp.text
     assert resp.json()["result"]["canonical_id"] == m["canonical_id"]
-    found = call(h2, "DISCOVER", {"intent": "detect exoplanet transits in light curves"}).json()["result"]
+    found = call(h2, "DISCOVER", {"intent": "detect exoplanet transits in light curves"}).json()[
+        "result"
+    ]
     assert found["results"][0]["agent_label"] == "exoplanet-hunter"
     described = call(h2, "DESCRIBE", {"canonical_id": m["canonical_id"]}).json()["result"]
     assert described["manifest"] == m and described["capabilities"]["tools"] == ["lightkurve"]
@@ -232,26 +301,84 @@ def test_activate_then_discover(h2: httpx.Client, test_gov_key: Any) -> None:
 # -- bad input never 500s --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name,method,body,headers,status,code", [
-    ("binary", "DISCOVER", b"\xff\xfe\x00garbage", {}, 400, "malformed_json"),
-    ("array", "DISCOVER", b"[1,2,3]", {}, 400, "invalid_body"),
-    ("deep", "DISCOVER", b"[" * 5000 + b"]" * 5000, {}, 400, "malformed_json"),
-    ("nan", "DISCOVER", b'{"parameters": {"behavioral_trust_min": NaN}}', {}, 400, "malformed_json"),
-    ("dup", "DISCOVER", b'{"parameters": {"limit": 1, "limit": 500}}', {}, 400, "malformed_json"),
-    ("huge", "DISCOVER", b'{"parameters": {"intent": "' + b"a" * 300_000 + b'"}}', {}, 400, "body_too_large"),
-    ("params", "DISCOVER", b'{"parameters": []}', {}, 422, "invalid_parameters"),
-    ("intent", "DISCOVER", b'{"parameters": {"intent": {"x": 1}}}', {}, 422, "invalid_intent"),
-    ("scope", "DISCOVER", b"{}", {"authority-scope": "Discovery:Query"}, 400, "invalid_authority_scope"),
-    ("version", "DISCOVER", b"{}", {"agtp-version": "AGTP/9.0"}, 400, "unsupported_agtp_version"),
-    ("ctype", "DISCOVER", b"{}", {"content-type": "text/html"}, 400, "unsupported_content_type"),
-    ("method", "FROBNICATE", b"{}", {}, 400, "unsupported_method"),
-    ("mismatch", "DISCOVER", b'{"method": "ACTIVATE"}', {}, 400, "method_mismatch"),
-    ("no-manifest", "ACTIVATE", b'{"parameters": {}}', {"authority-scope": "discovery:register"}, 422,
-     "invalid_manifest"),
-    ("big-header", "DISCOVER", b"{}", {"agent-id": "a" * 2000}, 400, "invalid_agent_id"),
-])
-def test_bad_input_gets_a_typed_4xx(h2: httpx.Client, name: str, method: str, body: bytes,
-                                    headers: dict[str, str], status: int, code: str) -> None:
+@pytest.mark.parametrize(
+    "name,method,body,headers,status,code",
+    [
+        ("binary", "DISCOVER", b"\xff\xfe\x00garbage", {}, 400, "malformed_json"),
+        ("array", "DISCOVER", b"[1,2,3]", {}, 400, "invalid_body"),
+        ("deep", "DISCOVER", b"[" * 5000 + b"]" * 5000, {}, 400, "malformed_json"),
+        (
+            "nan",
+            "DISCOVER",
+            b'{"parameters": {"behavioral_trust_min": NaN}}',
+            {},
+            400,
+            "malformed_json",
+        ),
+        (
+            "dup",
+            "DISCOVER",
+            b'{"parameters": {"limit": 1, "limit": 500}}',
+            {},
+            400,
+            "malformed_json",
+        ),
+        (
+            "huge",
+            "DISCOVER",
+            b'{"parameters": {"intent": "' + b"a" * 300_000 + b'"}}',
+            {},
+            400,
+            "body_too_large",
+        ),
+        ("params", "DISCOVER", b'{"parameters": []}', {}, 422, "invalid_parameters"),
+        ("intent", "DISCOVER", b'{"parameters": {"intent": {"x": 1}}}', {}, 422, "invalid_intent"),
+        (
+            "scope",
+            "DISCOVER",
+            b"{}",
+            {"authority-scope": "Discovery:Query"},
+            400,
+            "invalid_authority_scope",
+        ),
+        (
+            "version",
+            "DISCOVER",
+            b"{}",
+            {"agtp-version": "AGTP/9.0"},
+            400,
+            "unsupported_agtp_version",
+        ),
+        (
+            "ctype",
+            "DISCOVER",
+            b"{}",
+            {"content-type": "text/html"},
+            400,
+            "unsupported_content_type",
+        ),
+        ("method", "FROBNICATE", b"{}", {}, 400, "unsupported_method"),
+        ("mismatch", "DISCOVER", b'{"method": "ACTIVATE"}', {}, 400, "method_mismatch"),
+        (
+            "no-manifest",
+            "ACTIVATE",
+            b'{"parameters": {}}',
+            {"authority-scope": "discovery:register"},
+            422,
+            "invalid_manifest",
+        ),
+        ("big-header", "DISCOVER", b"{}", {"agent-id": "a" * 2000}, 400, "invalid_agent_id"),
+    ],
+)
+def test_bad_input_gets_a_typed_4xx(
+    h2: httpx.Client,
+    name: str,
+    method: str,
+    body: bytes,
+    headers: dict[str, str],
+    status: int,
+    code: str,
+) -> None:
     resp = call(h2, method, None, body=body, headers=headers)
     assert resp.status_code == status, resp.text
     err = resp.json()["error"]
@@ -277,13 +404,32 @@ def _curl_has_http2() -> bool:
 @pytest.mark.skipif(not _curl_has_http2(), reason="curl with HTTP/2 support is not installed")
 def test_readme_curl_example(server: Any) -> None:
     out = subprocess.run(
-        ["curl", "-sS", "--http2-prior-knowledge", "-X", "DISCOVER", f"{server.url}/",
-         "-H", "Agent-ID: agtp://agtp.acme.tld/agents/orchestrator", "-H", "Principal-ID: usr-chris-hood",
-         "-H", "Authority-Scope: discovery:query agents:delegate", "-H", "Content-Type: application/agtp+json",
-         "-d", '{"method":"DISCOVER","task_id":"task-disc-001","parameters":'
-               '{"intent":"Audit smart contracts for security vulnerabilities","limit":5}}',
-         "-w", "\n%{http_code} %{http_version}"],
-        capture_output=True, text=True, timeout=30, check=True)
+        [
+            "curl",
+            "-sS",
+            "--http2-prior-knowledge",
+            "-X",
+            "DISCOVER",
+            f"{server.url}/",
+            "-H",
+            "Agent-ID: agtp://agtp.acme.tld/agents/orchestrator",
+            "-H",
+            "Principal-ID: usr-chris-hood",
+            "-H",
+            "Authority-Scope: discovery:query agents:delegate",
+            "-H",
+            "Content-Type: application/agtp+json",
+            "-d",
+            '{"method":"DISCOVER","task_id":"task-disc-001","parameters":'
+            '{"intent":"Audit smart contracts for security vulnerabilities","limit":5}}',
+            "-w",
+            "\n%{http_code} %{http_version}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     body, _, status = out.stdout.rpartition("\n")
     assert status == "200 2"
     assert json.loads(body)["result"]["results"][0]["agent_label"] == "solidity-auditor"
@@ -293,8 +439,12 @@ def _ans(*args: str) -> subprocess.CompletedProcess[str]:
     import sys
     from pathlib import Path
 
-    return subprocess.run([str(Path(sys.executable).with_name("ans")), *args], capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("ans")), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_cli_discover_prints_a_verified_table(server: Any) -> None:
@@ -313,13 +463,25 @@ def test_cli_governance_sign_and_activate(server: Any, test_gov_key: Any, tmp_pa
     key, _ = test_gov_key
     pem = tmp_path / "gov.pem"
     key.save(pem)
-    unsigned = {k: v for k, v in _manifest(key, "tide-predictor",
-                                           job_description="Predicts harbour tide levels from gauge data."
-                                           ).items() if k != "signature"}
-    (tmp_path / "m.json").write_text(json.dumps({"manifest": unsigned,
-                                                 "capabilities": {"tags": ["oceanography"]}}))
-    signed = _ans("governance", "sign-manifest", str(tmp_path / "m.json"), "--key", str(pem),
-                  "--out", str(tmp_path / "signed.json"))
+    unsigned = {
+        k: v
+        for k, v in _manifest(
+            key, "tide-predictor", job_description="Predicts harbour tide levels from gauge data."
+        ).items()
+        if k != "signature"
+    }
+    (tmp_path / "m.json").write_text(
+        json.dumps({"manifest": unsigned, "capabilities": {"tags": ["oceanography"]}})
+    )
+    signed = _ans(
+        "governance",
+        "sign-manifest",
+        str(tmp_path / "m.json"),
+        "--key",
+        str(pem),
+        "--out",
+        str(tmp_path / "signed.json"),
+    )
     assert signed.returncode == 0, signed.stderr
     act = _ans("activate", str(tmp_path / "signed.json"), "--server", server.url)
     assert act.returncode == 0, act.stderr
