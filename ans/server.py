@@ -95,6 +95,11 @@ def build_service(
         clock=clock,
     )
     n = service.load()
+    if len(trusted) == 0:
+        log.warning(
+            "no trusted governance keys: every ACTIVATE will be refused; "
+            "pass --governance-jwks FILE (or --demo)"
+        )
     log.info(
         "registry loaded",
         agents=n,
@@ -129,6 +134,7 @@ def hypercorn_config(config: Config, sock: socket.socket) -> HypercornConfig:
     hc.h2_max_concurrent_streams = 100
     hc.include_server_header = False
     hc.accesslog = None
+    hc.errorlog = logging.getLogger("hypercorn.error")  # through our handler, once
     hc.graceful_timeout = 2.0
     if config.tls_certfile is not None:
         hc.certfile = str(config.tls_certfile)

@@ -15,6 +15,7 @@ import orjson
 import pytest
 from ans.governance.keys import SigningKey
 from ans.governance.signing import sign_document
+from ans.protocol.errors import ERROR_CODES
 from ans.protocol.jcs import canonicalize
 from joserfc import jws
 from joserfc.jwk import ECKey
@@ -383,6 +384,7 @@ def test_bad_input_gets_a_typed_4xx(
     assert resp.status_code == status, resp.text
     err = resp.json()["error"]
     assert err["code"] == code and err["message"]
+    assert code in ERROR_CODES  # one registry of codes
     assert call(h2, "DISCOVER", {"intent": "book a hotel"}).status_code == 200  # still serving
 
 
