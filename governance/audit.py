@@ -57,11 +57,12 @@ class AuditLog:
     def record(self, event: str, **fields: Any) -> dict[str, Any]:
         with self._lock:
             self._seq += 1
+            # The chain's own fields always win over caller-supplied ones.
             rec = {
+                **fields,
                 "seq": self._seq,
                 "time": rfc3339(self._clock()),
                 "event": event,
-                **fields,
                 "prev_hash": self._prev,
             }
             line = orjson.dumps(rec, option=orjson.OPT_SORT_KEYS)

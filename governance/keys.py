@@ -161,6 +161,9 @@ def public_key_from_jwk(jwk: Mapping[str, Any]) -> PublicKey:
         raise KeyError_(f"key alg {jwk.get('alg')!r} is not ES256")
     if jwk.get("use") not in (None, "sig"):
         raise KeyError_("key use must be 'sig'")
+    key_ops = jwk.get("key_ops")
+    if key_ops is not None and (not isinstance(key_ops, list) or "verify" not in key_ops):
+        raise KeyError_("key_ops must allow 'verify' (RFC 7517 4.3)")
     if "d" in jwk:
         raise KeyError_("a trusted-key JWKS must not contain private keys")
     try:

@@ -84,11 +84,11 @@ def _value(v: Any, out: list[str]) -> None:
     elif isinstance(v, float):
         out.append(number_to_string(v))
     elif isinstance(v, dict):
+        if not all(isinstance(key, str) for key in v):
+            raise TypeError("JCS object keys must be strings")
         out.append("{")
         first = True
         for key in sorted(v, key=_utf16_key):
-            if not isinstance(key, str):
-                raise TypeError("JCS object keys must be strings")
             if not first:
                 out.append(",")
             first = False

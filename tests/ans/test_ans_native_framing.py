@@ -4,7 +4,6 @@ the HTTP/2 binding (same typed request from the same message)."""
 from __future__ import annotations
 
 import pytest
-
 from ans.protocol.errors import AgtpError
 from ans.protocol.messages import Limits, parse_discover
 from ans.protocol.native import NativeParser, encode_response

@@ -1,0 +1,186 @@
+"""Hash-chained JSON-lines audit log (``ans.governance.audit``)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import orjson
+import pytest
+from ans.governance.audit import GENESIS, AuditLog, ChainBreak, rfc3339, verify_chain
+
+FIXED = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def clock() -> datetime:
+    return FIXED
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "audit" / "audit.jsonl"
+
+
+@pytest.fixture
+def log(path: Path) -> Iterator[AuditLog]:
+    audit = AuditLog(path, clock)
+    yield audit
+    audit.close()
+
+
+def write_records(audit: AuditLog, n: int) -> None:
+    for i in range(1, n + 1):
+        audit.record("scope_violation", status=451, agent_id=f"agent-{i}", task_id=None)
+
+
+def lines(path: Path) -> list[bytes]:
+    return path.read_bytes().splitlines(keepends=True)
+
+
+def test_records_are_chained_json_lines(log: AuditLog, path: Path) -> None:
+    write_records(log, 4)
+    raw = lines(path)
+    assert len(raw) == 4
+    assert all(line.endswith(b"\n") for line in raw)
+    records = [orjson.loads(line) for line in raw]
+    assert [r["seq"] for r in records] == [1, 2, 3, 4]
+    assert records[0]["prev_hash"] == GENESIS == "0" * 64
+    for prev_line, rec in zip(raw, records[1:]):
+        assert rec["prev_hash"] == hashlib.sha256(prev_line.rstrip(b"\n")).hexdigest()
+    assert records[2]["event"] == "scope_violation"
+    assert records[2]["agent_id"] == "agent-3"
+    assert records[2]["status"] == 451
+    assert records[2]["task_id"] is None
+    assert all(r["time"] == "2026-01-01T00:00:00.000Z" for r in records)
+
+
+def test_record_returns_what_was_written(log: AuditLog, path: Path) -> None:
+    rec = log.record("activate", canonical_id="abc")
+    assert orjson.loads(lines(path)[0]) == rec
+    assert rec == {
+        "seq": 1,
+        "time": "2026-01-01T00:00:00.000Z",
+        "event": "activate",
+        "canonical_id": "abc",
+        "prev_hash": GENESIS,
+    }
+
+
+def test_rfc3339() -> None:
+    assert (
+        rfc3339(datetime(2026, 1, 1, 12, 30, 5, 123456, tzinfo=UTC)) == "2026-01-01T12:30:05.123Z"
+    )
+
+
+def test_intact_log_verifies(log: AuditLog, path: Path) -> None:
+    write_records(log, 5)
+    assert verify_chain(lines(path)) is None
+    assert verify_chain(path.read_bytes().splitlines()) is None  # without newlines too
+
+
+def test_empty_log_verifies() -> None:
+    assert verify_chain([]) is None
+
+
+def test_edited_field_breaks_at_next_line(log: AuditLog, path: Path) -> None:
+    write_records(log, 4)
+    raw = lines(path)
+    rec = orjson.loads(raw[1])
+    rec["agent_id"] = "someone-else"
+    raw[1] = orjson.dumps(rec, option=orjson.OPT_SORT_KEYS) + b"\n"
+    # line 2 itself still links to line 1; line 3's prev_hash no longer matches
+    result = verify_chain(raw)
+    assert result == ChainBreak(3, "prev_hash does not match the previous record")
+
+
+def test_edited_last_line_is_not_detectable_by_chain(log: AuditLog, path: Path) -> None:
+    # Documented limitation of a bare hash chain: nothing follows the tail.
+    write_records(log, 3)
+    raw = lines(path)
+    rec = orjson.loads(raw[2])
+    rec["agent_id"] = "edited"
+    raw[2] = orjson.dumps(rec, option=orjson.OPT_SORT_KEYS) + b"\n"
+    assert verify_chain(raw) is None
+
+
+def test_deleted_line_breaks(log: AuditLog, path: Path) -> None:
+    write_records(log, 4)
+    raw = lines(path)
+    del raw[1]
+    result = verify_chain(raw)
+    assert result is not None
+    assert result.line == 2
+    assert "prev_hash" in result.reason
+
+
+def test_swapped_lines_break(log: AuditLog, path: Path) -> None:
+    write_records(log, 4)
+    raw = lines(path)
+    raw[1], raw[2] = raw[2], raw[1]
+    result = verify_chain(raw)
+    assert result is not None
+    assert result.line == 2
+
+
+def test_truncated_head_breaks(log: AuditLog, path: Path) -> None:
+    write_records(log, 3)
+    result = verify_chain(lines(path)[1:])
+    assert result is not None and result.line == 1
+
+
+def test_garbage_line_reported(log: AuditLog, path: Path) -> None:
+    write_records(log, 3)
+    raw = lines(path)
+    raw[1] = b"{not json\n"
+    assert verify_chain(raw) == ChainBreak(2, "not valid JSON")
+
+
+def test_wrong_seq_with_correct_hash_reported() -> None:
+    first = orjson.dumps(
+        {"event": "a", "prev_hash": GENESIS, "seq": 1}, option=orjson.OPT_SORT_KEYS
+    )
+    second = orjson.dumps(
+        {"event": "b", "prev_hash": hashlib.sha256(first).hexdigest(), "seq": 5},
+        option=orjson.OPT_SORT_KEYS,
+    )
+    result = verify_chain([first, second])
+    assert result is not None
+    assert result.line == 2
+    assert "seq 5" in result.reason
+
+
+def test_reopen_continues_chain(path: Path) -> None:
+    first = AuditLog(path, clock)
+    write_records(first, 3)
+    first.close()
+    second = AuditLog(path, clock)
+    rec = second.record("activate", canonical_id="abc")
+    second.record("discover", task_id="t-1")
+    second.close()
+    assert rec["seq"] == 4
+    raw = lines(path)
+    assert [orjson.loads(line)["seq"] for line in raw] == [1, 2, 3, 4, 5]
+    assert rec["prev_hash"] == hashlib.sha256(raw[2].rstrip(b"\n")).hexdigest()
+    assert verify_chain(raw) is None
+
+
+def test_reopen_empty_file_starts_at_genesis(path: Path) -> None:
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"")
+    audit = AuditLog(path, clock)
+    rec = audit.record("x")
+    audit.close()
+    assert rec["seq"] == 1 and rec["prev_hash"] == GENESIS
+
+
+def test_caller_fields_cannot_corrupt_chain(log: AuditLog, path: Path) -> None:
+    # Caller-supplied fields must not override the chain's own bookkeeping:
+    # a log written only through record() must always verify.
+    log.record("first")
+    log.record("second", seq=99, time="forged")
+    log.record("third")
+    records = [orjson.loads(line) for line in lines(path)]
+    assert [r["seq"] for r in records] == [1, 2, 3]
+    assert verify_chain(lines(path)) is None

@@ -1,0 +1,255 @@
+"""Strict, bounded JSON parsing: JSONTestSuite (nst/JSONTestSuite
+test_parsing) plus unit cases for each rule of ``ans.protocol.jsonstrict``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from ans.protocol.errors import AgtpError, BodyTooLarge, MalformedJson
+from ans.protocol.jsonstrict import DEFAULT_MAX_BYTES, MAX_DEPTH, loads
+
+
+def _find_vectors() -> Path | None:
+    for parent in Path(__file__).resolve().parents:
+        candidate = parent / "shared" / "vectors"
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+VECTORS = _find_vectors()
+ABSENT = "shared/vectors is absent (clone outside the workspace); JSONTestSuite tests need it"
+SUITE = VECTORS / "jsontestsuite" / "test_parsing" if VECTORS is not None else None
+
+# RFC 8259 allows duplicate names (hence y_), but AGTP's strict policy rejects
+# them by design: a duplicate key is ambiguous and could smuggle a second value
+# past a signature check. These two y_ files must therefore be rejected.
+DUPLICATE_KEY_FILES = {"y_object_duplicated_key.json", "y_object_duplicated_key_and_value.json"}
+
+
+def _names(prefix: str) -> list[str]:
+    if SUITE is None:
+        return ["<vectors-absent>"]
+    return sorted(p.name for p in SUITE.iterdir() if p.name.startswith(prefix))
+
+
+def _read(name: str) -> bytes:
+    if SUITE is None:
+        pytest.skip(ABSENT)
+    return (SUITE / name).read_bytes()
+
+
+def _assert_agtp_400(exc: BaseException) -> None:
+    assert isinstance(exc, AgtpError)
+    assert exc.status == 400
+    assert isinstance(exc.code, str) and exc.code
+
+
+def test_suite_is_populated() -> None:
+    if SUITE is None:
+        pytest.skip(ABSENT)
+    for prefix in ("y_", "n_", "i_"):
+        assert _names(prefix), f"no {prefix}* files in {SUITE}"
+    assert DUPLICATE_KEY_FILES <= set(_names("y_"))
+
+
+@pytest.mark.parametrize("name", _names("y_"))
+def test_y_files_parse(name: str) -> None:
+    data = _read(name)
+    if name in DUPLICATE_KEY_FILES:
+        with pytest.raises(MalformedJson) as info:
+            loads(data)
+        assert "duplicate" in info.value.message
+        _assert_agtp_400(info.value)
+        return
+    loads(data)
+
+
+@pytest.mark.parametrize("name", _names("n_"))
+def test_n_files_rejected(name: str) -> None:
+    data = _read(name)
+    expected = BodyTooLarge if len(data) > DEFAULT_MAX_BYTES else MalformedJson
+    with pytest.raises(expected) as info:
+        loads(data)
+    _assert_agtp_400(info.value)
+
+
+@pytest.mark.parametrize("name", _names("i_"))
+def test_i_files_parse_or_raise_malformed_json(name: str) -> None:
+    data = _read(name)
+    try:
+        loads(data)
+    except MalformedJson as exc:
+        _assert_agtp_400(exc)
+    except BodyTooLarge as exc:
+        assert len(data) > DEFAULT_MAX_BYTES
+        _assert_agtp_400(exc)
+    # any other exception type propagates and fails the test
+
+
+# -- unit cases ----------------------------------------------------------------------
+
+
+def _rejects(data: bytes, **kw: int) -> MalformedJson:
+    with pytest.raises(MalformedJson) as info:
+        loads(data, **kw)
+    _assert_agtp_400(info.value)
+    assert info.value.code == "malformed_json"
+    return info.value
+
+
+def test_valid_document_round_trip() -> None:
+    assert loads(b' {"a": [1, 2.5, "x", true, null], "b": {}} ') == {
+        "a": [1, 2.5, "x", True, None],
+        "b": {},
+    }
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"NaN",
+        b"[NaN]",
+        b"Infinity",
+        b"-Infinity",
+        b'{"a": Infinity}',
+        b'{"a": -Infinity}',
+        b"[nan]",
+        b"[inf]",
+    ],
+)
+def test_non_finite_literals_rejected(data: bytes) -> None:
+    _rejects(data)
+
+
+@pytest.mark.parametrize("data", [b"1e400", b"[-1e400]", b'{"x": 1.5e309}'])
+def test_overflowing_numbers_rejected(data: bytes) -> None:
+    _rejects(data)
+
+
+def test_large_but_finite_number_accepted() -> None:
+    assert loads(b"[1.7976931348623157e308]") == [1.7976931348623157e308]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"a": 1, "a": 2}',
+        b'{"a": {"b": 1, "b": 1}}',
+        b'{"outer": [{"ok": 1}, {"inner": {"c": 1, "d": 2, "c": 3}}]}',
+        b'[[[{"k": null, "k": null}]]]',
+    ],
+    ids=["top", "depth2-same-value", "inside-array", "depth4"],
+)
+def test_duplicate_keys_rejected_at_any_depth(data: bytes) -> None:
+    assert "duplicate" in _rejects(data).message
+
+
+def test_same_key_in_sibling_objects_is_fine() -> None:
+    assert loads(b'[{"a": 1}, {"a": 2}]') == [{"a": 1}, {"a": 2}]
+
+
+def test_nesting_exactly_max_depth_accepted() -> None:
+    data = b"[" * MAX_DEPTH + b"]" * MAX_DEPTH
+    value = loads(data)
+    for _ in range(MAX_DEPTH - 1):
+        value = value[0]
+    assert value == []
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1),
+        b'{"a":' * (MAX_DEPTH + 1) + b"1" + b"}" * (MAX_DEPTH + 1),
+        b"[" * 100_000,
+    ],
+    ids=["arrays", "objects", "unclosed-100k"],
+)
+def test_nesting_deeper_than_max_depth_rejected(data: bytes) -> None:
+    assert "nesting" in _rejects(data).message
+
+
+def test_custom_max_depth() -> None:
+    _rejects(b"[[[1]]]", max_depth=2)
+    assert loads(b"[[1]]", max_depth=2) == [[1]]
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
+    deep_text = "[" * (MAX_DEPTH * 3)
+    data = ('["' + deep_text + '\\"{{{{"]').encode()
+    assert loads(data) == [deep_text + '"{{{{']
+
+
+def test_body_over_max_bytes() -> None:
+    data = b'{"k": "' + b"x" * 100 + b'"}'
+    with pytest.raises(BodyTooLarge) as info:
+        loads(data, max_bytes=len(data) - 1)
+    _assert_agtp_400(info.value)
+    assert info.value.code == "body_too_large"
+    assert loads(data, max_bytes=len(data)) == {"k": "x" * 100}
+
+
+def test_default_max_bytes_enforced() -> None:
+    data = b'"' + b"a" * DEFAULT_MAX_BYTES + b'"'
+    with pytest.raises(BodyTooLarge):
+        loads(data)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b'"\\ud800"', b'["\\udc00"]', b'{"\\ud800": 1}', b'"\\ud800\\u0041"', b'"\\udc00\\ud800"'],
+    ids=["lone-high", "lone-low", "lone-in-key", "high-then-bmp", "inverted-pair"],
+)
+def test_lone_surrogate_escapes_rejected(data: bytes) -> None:
+    _rejects(data)
+
+
+def test_valid_surrogate_pair_escape_accepted() -> None:
+    assert loads(b'"\\ud83d\\ude00"') == "\U0001f600"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'["\xff"]',
+        b'"\xc0\xaf"',
+        b'"\xed\xa0\x80"',
+        b'"\xe2\x82"',
+        b'"\x80"',
+        b"\xfe\xff\x00[\x00]",
+        b'"\xf4\x90\x80\x80"',
+    ],
+    ids=[
+        "ff-byte",
+        "overlong",
+        "utf8-surrogate",
+        "truncated",
+        "lone-continuation",
+        "utf16-bom",
+        "beyond-u10ffff",
+    ],
+)
+def test_invalid_utf8_rejected(data: bytes) -> None:
+    _rejects(data)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"   ", b"{", b"[1,]", b'{"a" 1}', b"'x'", b'"\x01"', b"01", b"[1] [2]", b"{a: 1}"],
+    ids=[
+        "empty",
+        "blank",
+        "unclosed",
+        "trailing-comma",
+        "no-colon",
+        "single-quotes",
+        "raw-control-char",
+        "leading-zero",
+        "two-values",
+        "bare-key",
+    ],
+)
+def test_syntax_errors_rejected(data: bytes) -> None:
+    _rejects(data)
