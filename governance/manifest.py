@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from ans.protocol.errors import AgentNotActive, InvalidCapabilities, InvalidManifest
+from ans.protocol.messages import ORG_DOMAIN_RE, ZONE_RE
 from ans.protocol.scope import parse_token
 
 from .signing import KeyLookup, verify_document
@@ -27,10 +28,6 @@ MAX_EXAMPLE_TEXT = 1000
 
 _LABEL_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}")
 _METHOD_RE = re.compile(r"[A-Z][A-Z0-9_-]{0,31}")
-_ZONE_RE = re.compile(r"zone:[a-z0-9][a-z0-9._-]{0,119}")
-_DOMAIN_RE = re.compile(
-    r"(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
-)
 _CANONICAL_RE = re.compile(r"[A-Za-z0-9._:-]{1,256}")
 TIER2_FIELDS = ("trust_warning", "trust_tier_explanation")
 
@@ -80,11 +77,11 @@ REQUIRED_FIELDS: dict[str, tuple[Any, str]] = {
     "canonical_id": (lambda v: isinstance(v, str) and _CANONICAL_RE.fullmatch(v), "an identifier"),
     "agent_label": (lambda v: isinstance(v, str) and _LABEL_RE.fullmatch(v), "a lowercase label"),
     "org_domain": (
-        lambda v: isinstance(v, str) and len(v) <= 253 and _DOMAIN_RE.fullmatch(v),
+        lambda v: isinstance(v, str) and len(v) <= 253 and ORG_DOMAIN_RE.fullmatch(v),
         "a lowercase DNS domain",
     ),
     "governance_zone": (
-        lambda v: isinstance(v, str) and _ZONE_RE.fullmatch(v),
+        lambda v: isinstance(v, str) and ZONE_RE.fullmatch(v),
         "a zone id like 'zone:finance'",
     ),
     "trust_tier": (lambda v: _is_int(v) and v in (1, 2, 3), "the integer 1, 2 or 3"),
@@ -177,7 +174,7 @@ CAPABILITY_FIELDS: dict[str, tuple[Any, str]] = {
     ),
     "modalities": (lambda v: _str_list(v, max_len=64), "a list of strings"),
     "tools": (_tool_names, "a list of tool names (or {name, description} objects)"),
-    "zones_accepted": (lambda v: _str_list(v, _ZONE_RE, 128), "a list of zone ids"),
+    "zones_accepted": (lambda v: _str_list(v, ZONE_RE, 128), "a list of zone ids"),
     "version": (lambda v: _str(v, 64), "a string"),
     "tags": (lambda v: _str_list(v, max_len=64), "a list of short strings"),
     "required_scope": (

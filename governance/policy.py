@@ -26,21 +26,34 @@ DISCOVERY_REGISTER = parse_token("discovery:register")
 DEFAULT_MAX_TIER = 2
 
 
+def audit_refusal(
+    audit: AuditLog,
+    event: str,
+    status: int,
+    identity: Identity,
+    required: str,
+    method: str,
+    task_id: str | None,
+) -> None:
+    """One audit record for a refused request: who, what they held, what was needed."""
+    audit.record(
+        event,
+        status=status,
+        method=method,
+        agent_id=identity.agent_id,
+        principal_id=identity.principal_id,
+        scope_presented=str(identity.scope),
+        scope_required=required,
+        task_id=task_id,
+    )
+
+
 def require_scope(
     identity: Identity, required: ScopeToken, *, method: str, task_id: str | None, audit: AuditLog
 ) -> None:
     if identity.scope.covers(required):
         return
-    audit.record(
-        "scope_violation",
-        status=451,
-        method=method,
-        agent_id=identity.agent_id,
-        principal_id=identity.principal_id,
-        scope_presented=str(identity.scope),
-        scope_required=str(required),
-        task_id=task_id,
-    )
+    audit_refusal(audit, "scope_violation", 451, identity, str(required), method, task_id)
     raise ScopeViolation(f"{method} requires {required} in Authority-Scope")
 
 
@@ -68,16 +81,7 @@ class ZonePolicy:
     ) -> None:
         if zone is None or self.granted(zone, identity.scope):
             return
-        audit.record(
-            "zone_violation",
-            status=453,
-            method=method,
-            agent_id=identity.agent_id,
-            principal_id=identity.principal_id,
-            scope_presented=str(identity.scope),
-            scope_required=zone,
-            task_id=task_id,
-        )
+        audit_refusal(audit, "zone_violation", 453, identity, zone, method, task_id)
         raise ZoneViolation(
             f"governance_zone {zone} is restricted; Authority-Scope must carry {zone}"
         )

@@ -50,8 +50,8 @@ MAX_ZONE_LEN = 128
 MAX_ORG_DOMAIN_LEN = 253
 
 _PRINTABLE_RE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?")
-_ZONE_RE = re.compile(r"zone:[a-z0-9][a-z0-9._-]{0,119}")
-_ORG_DOMAIN_RE = re.compile(
+ZONE_RE = re.compile(r"zone:[a-z0-9][a-z0-9._-]{0,119}")
+ORG_DOMAIN_RE = re.compile(
     r"(?=.{1,253}\Z)(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
 )
 
@@ -272,12 +272,12 @@ def parse_discover_params(p: Mapping[str, Any], limits: Limits) -> DiscoverParam
         btm = float(btm)
 
     zone = p.get("governance_zone")
-    if zone is not None and (not isinstance(zone, str) or _ZONE_RE.fullmatch(zone) is None):
+    if zone is not None and (not isinstance(zone, str) or ZONE_RE.fullmatch(zone) is None):
         raise InvalidParameter("governance_zone", "must be a zone id such as 'zone:finance'")
 
     org = p.get("org_domain")
     if org is not None:
-        if not isinstance(org, str) or _ORG_DOMAIN_RE.fullmatch(org.lower().rstrip(".")) is None:
+        if not isinstance(org, str) or ORG_DOMAIN_RE.fullmatch(org.lower().rstrip(".")) is None:
             raise InvalidParameter("org_domain", "must be a DNS domain name such as 'acme.tld'")
         org = org.lower().rstrip(".")
 
