@@ -499,3 +499,53 @@ def test_cli_keygen_writes_a_0600_key_and_a_jwks(tmp_path: Any) -> None:
     jwks = json.loads((tmp_path / "k.jwks.json").read_text())
     assert jwks["keys"][0]["kty"] == "EC" and "d" not in jwks["keys"][0]
     assert _ans("governance", "keygen", "--key", str(tmp_path / "k.pem")).returncode == 2
+
+
+def test_concurrent_discovers_while_activating(server: Any, test_gov_key: Any) -> None:
+    """Many DISCOVER streams on one HTTP/2 connection race ACTIVATEs (which run
+    in a worker thread): no 5xx, every answer signed, every activated agent
+    visible once its 200 has been received."""
+    import asyncio
+
+    key, _ = test_gov_key
+    manifests = [
+        _manifest(
+            key,
+            f"glacier-monitor-{i}",
+            job_description=f"Monitors glacier melt in basin {i} from satellite radar.",
+        )
+        for i in range(6)
+    ]
+
+    async def run() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=server.url, http1=False, http2=True, timeout=30) as c:
+
+            async def disc(i: int) -> httpx.Response:
+                body = orjson.dumps(
+                    {"parameters": {"intent": "monitor glacier melt from satellite radar"}}
+                )
+                return await c.request(
+                    "DISCOVER", "/", content=body, headers={**IDENTITY, "task-id": f"c{i}"}
+                )
+
+            async def act(m: dict[str, Any]) -> httpx.Response:
+                body = orjson.dumps(
+                    {"parameters": {"manifest": m, "capabilities": {"tags": ["glaciology"]}}}
+                )
+                return await c.request(
+                    "ACTIVATE", "/", content=body, headers={**IDENTITY, **_gov()}
+                )
+
+            jobs = [disc(i) for i in range(60)] + [act(m) for m in manifests]
+            return list(await asyncio.gather(*jobs))
+
+    responses = asyncio.run(run())
+    assert all(r.status_code == 200 for r in responses), {r.status_code for r in responses}
+    assert all(r.http_version == "HTTP/2" for r in responses)
+    assert all("ans_signature" in r.json()["result"] for r in responses[:60])
+    with httpx.Client(base_url=server.url, http1=False, http2=True, timeout=20) as c:
+        after = call(
+            c, "DISCOVER", {"intent": "monitor glacier melt from satellite radar", "limit": 20}
+        )
+    found = {r["agent_label"] for r in after.json()["result"]["results"]}
+    assert {m["agent_label"] for m in manifests} <= found
