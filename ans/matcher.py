@@ -29,6 +29,8 @@ import faiss
 import numpy as np
 import numpy.typing as npt
 
+from .ranking import PRECISION
+
 Vectors = npt.NDArray[np.float32]
 
 FACETS = ("description", "methods", "modalities", "tools", "zones", "tags", "examples")
@@ -46,7 +48,6 @@ DOMAIN_FACETS: dict[str, str | None] = {
     "version": None,
     "budget": None,
 }
-PRECISION = 6
 
 
 class Embedder(Protocol):

@@ -29,7 +29,7 @@ from ans.governance.policy import (
     require_scope,
 )
 from ans.governance.signing import KeyLookup, sign_document, signature_object
-from ans.protocol.errors import AgtpError, NotFound
+from ans.protocol.errors import AgtpError, MissingHeader, NotFound
 from ans.protocol.jcs import canonicalize
 from ans.protocol.messages import (
     ActivateRequest,
@@ -273,8 +273,6 @@ class AnsService:
         if req.canonical_id is None or req.canonical_id == self.manifest["canonical_id"]:
             return self.manifest
         if req.identity is None:
-            from ans.protocol.errors import MissingHeader
-
             raise MissingHeader(
                 "DESCRIBE of an indexed agent requires Agent-ID, Principal-ID and Authority-Scope",
                 code="missing_agent_id",

@@ -228,7 +228,7 @@ ERROR_CODES: frozenset[str] = frozenset(
     | set(REQUIRED_HEADER_CODES.values())
     | set(INVALID_HEADER_CODES.values())
     | {f"invalid_{p}" for p in DISCOVER_PARAMETERS}
-    | {"invalid_canonical_id", "invalid_parameters", "invalid_manifest", "invalid_capabilities"}
+    | {"invalid_canonical_id", "invalid_parameters", "invalid_capabilities"}
     | {"duplicate_header", "missing_agtp_method", "digest_mismatch"}
     | {"invalid_start_line", "invalid_header_line", "invalid_content_length"}
     | set(MANIFEST_CHECK_CODES)

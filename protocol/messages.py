@@ -46,8 +46,6 @@ MAX_ID_LEN = 512
 MAX_TASK_ID_LEN = 256
 MAX_INTENT_LEN = 2000
 MAX_DOMAIN_NAMES = 16
-MAX_ZONE_LEN = 128
-MAX_ORG_DOMAIN_LEN = 253
 
 _PRINTABLE_RE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?")
 ZONE_RE = re.compile(r"zone:[a-z0-9][a-z0-9._-]{0,119}")
