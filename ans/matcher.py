@@ -1,19 +1,28 @@
-"""Capability matching: embeddings of each agent's job description and
-capability data in a FAISS inner-product index over normalized vectors.
+"""Capability matching: which agents can do what the intent asks.
 
-The matcher sits behind :class:`CapabilityMatcher` so its internals can be
-replaced (the capability-matching issue will). This version keeps, per
-agent, one vector per *facet* (description, methods, modalities, tools,
-zones, tags, examples) and a *profile* vector — the normalized weighted sum
-of the facet vectors — in a FAISS ``IndexFlatIP``:
+Following the efficient-discovery profile (sections 4.4, 4.5, 7), every
+registration feeds complementary indices, all built from the same ACTIVATE:
 
-* a DISCOVER without ``capability_domains`` scores every agent by the cosine
-  between the intent and its profile (FAISS ``range_search`` above a floor);
-* with ``capability_domains``, the profile is rebuilt from the description
-  plus only the named domains' facets, and scored exactly with NumPy.
+* **tag index** — an inverted index from normalized tag to agents. Query tags
+  are the 1..3-word n-grams of the intent that are in the tag vocabulary.
+* **context index** — embeddings of the job description (with the agent
+  label split into words: ``HousePurchasingTool`` -> "House Purchasing Tool")
+  and of the whole capability document. Per facet we keep the *sum* of token
+  embeddings and the token count, so the capability vector for any subset of
+  capability domains is exact (it equals embedding the concatenated text).
+* **example index** — one vector per published example task, in a FAISS
+  inner-product index; an agent's example score is its *best* example (never
+  an average), so one matching capability of a multi-purpose agent counts.
+* **lexical index** — BM25 over the same text (:mod:`ans.lexical`).
 
-``capability_match_score = clamp(cosine, 0, 1)`` rounded to six decimals:
-deterministic for identical inputs and index contents.
+Fusion into ``capability_match_score`` is a weighted mean of the components
+that apply to the agent (example only when it published examples, tag only
+when the intent names a known tag and the agent has tags), clamped to [0, 1]
+and rounded to six decimals. A compound intent ("latest news about Tesla and
+how it moved the stock") is also scored part by part; the final score is the
+mean of the whole-intent score and the best part score, so an agent that does
+one part well is found. Weights are fixed in :data:`WEIGHTS`; the README says
+how they were chosen (leave-one-out over the published example tasks only).
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -29,14 +38,14 @@ import faiss
 import numpy as np
 import numpy.typing as npt
 
+from .lexical import LexicalIndex
 from .ranking import PRECISION
+from .text import candidate_tags, content_text, normalize_tag, segments, split_label
 
 Vectors = npt.NDArray[np.float32]
 
 FACETS = ("description", "methods", "modalities", "tools", "zones", "tags", "examples")
-# A priori facet weights (not fitted on any evaluation data): the description
-# carries the most signal, tools/tags/examples are specific, the rest is context.
-FACET_WEIGHTS = np.array([2.0, 0.5, 0.5, 1.0, 0.5, 1.0, 1.0], dtype=np.float32)
+_F = {name: i for i, name in enumerate(FACETS)}
 # DISCOVER capability_domains name -> facet (version and budget carry no text).
 DOMAIN_FACETS: dict[str, str | None] = {
     "methods": "methods",
@@ -48,6 +57,24 @@ DOMAIN_FACETS: dict[str, str | None] = {
     "version": None,
     "budget": None,
 }
+ALL_DOMAINS: tuple[str, ...] = tuple(sorted(DOMAIN_FACETS))
+
+# Fusion weights. context/capability/example/lexical were fitted by
+# leave-one-out over the MetaTool *example tasks* only (never the evaluation
+# queries); tag is fixed a priori (MetaTool has no tags). See README.
+WEIGHTS: dict[str, float] = {
+    "context": 0.2,
+    "capability": 0.2,
+    "example": 0.2,
+    "lexical": 0.4,
+    "tag": 0.2,
+}
+COMPONENTS = ("tag", "context", "capability", "example", "lexical")
+# Example similarities at or below this are "no match" (0) — a priori.
+EXAMPLE_FLOOR = 0.2
+# Weight of the whole intent vs its best part for compound intents — a priori.
+SEGMENT_MIX = 0.5
+MAX_EVIDENCE_EXAMPLES = 3
 
 
 class Embedder(Protocol):
@@ -55,6 +82,10 @@ class Embedder(Protocol):
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         """float32 (len(texts), dim), each row L2-normalized (zero for empty text)."""
+        ...
+
+    def embed_sums(self, texts: Sequence[str]) -> tuple[Vectors, Vectors]:
+        """(sum of token vectors, token count) per text: (n, dim) and (n,)."""
         ...
 
 
@@ -67,112 +98,243 @@ def normalize_rows(v: npt.NDArray[Any]) -> Vectors:
 
 
 class WordLlamaEmbedder:
-    """The default embedder: wordllama's bundled 256-d weights, never downloaded."""
+    """The default embedder: wordllama's bundled 256-d weights, never downloaded.
+
+    wordllama embeds by averaging static token vectors; we pool ourselves so
+    that the per-text token sum and count are available (exact embeddings of
+    concatenated facets) and empty texts give a zero vector instead of NaN."""
 
     def __init__(self, dim: int = 256) -> None:
         import wordllama
         from wordllama import WordLlama
 
-        self._wl = WordLlama.load(
+        wl = WordLlama.load(
             dim=dim, cache_dir=Path(wordllama.__file__).parent, disable_download=True
         )
-        self.dim = dim
+        self._table = np.ascontiguousarray(wl.embedding, dtype=np.float32)
+        self._tok = wl.tokenizer
+        self.dim = int(self._table.shape[1])
+
+    def embed_sums(self, texts: Sequence[str]) -> tuple[Vectors, Vectors]:
+        sums = np.zeros((len(texts), self.dim), dtype=np.float32)
+        counts = np.zeros(len(texts), dtype=np.float32)
+        if not texts:
+            return sums, counts
+        encoded = self._tok.encode_batch(list(texts), add_special_tokens=False)
+        top = self._table.shape[0] - 1
+        for i, enc in enumerate(encoded):
+            ids = [t for t, m in zip(enc.ids, enc.attention_mask, strict=True) if m]
+            if ids:
+                sums[i] = self._table[np.clip(ids, 0, top)].sum(axis=0)
+                counts[i] = len(ids)
+        return sums, counts
 
     def embed(self, texts: Sequence[str]) -> Vectors:
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        safe = [t if t.strip() else "" for t in texts]
-        raw = self._wl.embed(list(safe), norm=False)
-        vecs = normalize_rows(np.nan_to_num(raw))
-        for i, t in enumerate(safe):
-            if not t:
-                vecs[i] = 0.0
-        return vecs
+        return normalize_rows(self.embed_sums(texts)[0])
+
+
+# -- what an agent is matched on ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Example:
+    id: str
+    text: str
 
 
 @dataclass(frozen=True, slots=True)
 class CapabilityProfile:
-    """The text an agent is matched on, by facet."""
+    """The text an agent is matched on: facet texts, normalized tags, examples."""
 
     canonical_id: str
     facets: Mapping[str, str]
+    tags: tuple[str, ...] = ()
+    examples: tuple[Example, ...] = ()
+
+
+def _flatten(items: Any) -> str:
+    if not isinstance(items, list):
+        return ""
+    parts = []
+    for it in items:
+        if isinstance(it, dict):
+            parts.append(" ".join(str(it.get(k, "")) for k in ("name", "description", "text")))
+        else:
+            parts.append(str(it))
+    return ". ".join(split_label(p) for p in parts if p.strip())
 
 
 def profile_from(manifest: Mapping[str, Any], capabilities: Mapping[str, Any]) -> CapabilityProfile:
-    def words(items: Any) -> str:
-        if not isinstance(items, list):
-            return ""
-        parts = []
-        for it in items:
-            if isinstance(it, dict):
-                parts.append(" ".join(str(it.get(k, "")) for k in ("name", "description", "text")))
-            else:
-                parts.append(str(it))
-        return ". ".join(p.replace("_", " ").replace("-", " ") for p in parts if p.strip())
-
-    label = str(manifest.get("agent_label", "")).replace("-", " ")
+    raw_examples = capabilities.get("examples")
+    examples = tuple(
+        Example(str(ex.get("id", f"ex-{i + 1}")), str(ex["text"]))
+        for i, ex in enumerate(raw_examples if isinstance(raw_examples, list) else [])
+        if isinstance(ex, dict) and isinstance(ex.get("text"), str)
+    )
+    raw_tags = capabilities.get("tags")
+    tags = tuple(
+        sorted({t for t in (normalize_tag(str(x)) for x in raw_tags or []) if t})
+        if isinstance(raw_tags, list)
+        else ()
+    )
     methods = capabilities.get("supported_methods") or manifest.get("supported_methods")
+    zones = [
+        z.removeprefix("zone:") for z in capabilities.get("zones_accepted", []) if isinstance(z, str)
+    ]
+    label = split_label(str(manifest.get("agent_label", "")))
     return CapabilityProfile(
         canonical_id=str(manifest["canonical_id"]),
         facets={
             "description": f"{label}. {manifest.get('job_description', '')}",
-            "methods": words(methods).lower(),
-            "modalities": words(capabilities.get("modalities")),
-            "tools": words(capabilities.get("tools")),
-            "zones": words(
-                [
-                    z.removeprefix("zone:")
-                    for z in capabilities.get("zones_accepted", [])
-                    if isinstance(z, str)
-                ]
-            ),
-            "tags": words(capabilities.get("tags")),
-            "examples": words(capabilities.get("examples")),
+            "methods": _flatten(methods).lower(),
+            "modalities": _flatten(capabilities.get("modalities")),
+            "tools": _flatten(capabilities.get("tools")),
+            "zones": _flatten(zones),
+            "tags": ". ".join(t.replace("-", " ") for t in tags),
+            "examples": ". ".join(ex.text for ex in examples),
         },
+        tags=tags,
+        examples=examples,
     )
 
 
-class CapabilityMatcher(Protocol):
-    def embed_profile(self, profile: CapabilityProfile) -> Vectors:
-        """The expensive part of an upsert, done before any lock is taken."""
-        ...
+@dataclass(frozen=True, slots=True)
+class ProfileVectors:
+    """The expensive part of an upsert, computed before any lock is taken."""
 
-    def upsert(self, profile: CapabilityProfile, facet_vectors: Vectors | None = None) -> None: ...
+    facet_sums: Vectors  # (len(FACETS), dim): token-vector sums
+    facet_counts: Vectors  # (len(FACETS),)
+    examples: Vectors  # (n_examples, dim), normalized
+
+
+# -- a query's scores --------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Pass:
+    """Component arrays of one text (the whole intent or one part) over all slots."""
+
+    components: dict[str, Vectors]
+    weight_sum: Vectors
+    fused: Vectors
+    example_hits: dict[int, list[tuple[int, float]]]  # slot -> [(example index, score)]
+    tags: dict[int, list[str]]  # slot -> matched tags
+
+
+@dataclass(slots=True)
+class QueryScores:
+    """The scores of one intent over every indexed agent, with their evidence."""
+
+    final: Vectors
+    ids: list[str | None]
+    whole: _Pass
+    parts: list[_Pass] = field(default_factory=list)
+    part_best: Vectors | None = None
+    examples_of: dict[int, tuple[Example, ...]] = field(default_factory=dict)
+
+    def above(self, floor: float) -> dict[str, float]:
+        """capability_match_score of every agent scoring at least ``floor``."""
+        out: dict[str, float] = {}
+        for slot in np.nonzero(self.final >= floor - 1e-7)[0].tolist():
+            cid = self.ids[slot]
+            score = round(min(1.0, max(0.0, float(self.final[slot]))), PRECISION)
+            if cid is not None and score >= floor:
+                out[cid] = score
+        return out
+
+    def evidence(self, canonical_id: str) -> dict[str, Any]:
+        """score_components, matched_tags, matched_examples of one scored agent."""
+        try:
+            slot = self.ids.index(canonical_id)
+        except ValueError:
+            return {"score_components": {}, "matched_tags": [], "matched_examples": []}
+        comps = {
+            name: round(float(arr[slot]), PRECISION)
+            for name in COMPONENTS
+            if (arr := self.whole.components.get(name)) is not None and not np.isnan(arr[slot])
+        }
+        if self.part_best is not None:
+            comps["segment"] = round(float(self.part_best[slot]), PRECISION)
+        tags = set(self.whole.tags.get(slot, []))
+        best: dict[int, float] = {}
+        for p in (self.whole, *self.parts):
+            tags.update(p.tags.get(slot, []))
+            for k, s in p.example_hits.get(slot, []):
+                best[k] = max(best.get(k, 0.0), s)
+        examples = self.examples_of.get(slot, ())
+        ranked = sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_EVIDENCE_EXAMPLES]
+        return {
+            "score_components": comps,
+            "matched_tags": sorted(tags),
+            "matched_examples": [
+                {"id": examples[k].id, "text": examples[k].text, "score": round(s, PRECISION)}
+                for k, s in ranked
+                if k < len(examples)
+            ],
+        }
+
+
+class CapabilityMatcher(Protocol):
+    def embed_profile(self, profile: CapabilityProfile) -> ProfileVectors: ...
+    def upsert(self, profile: CapabilityProfile, vectors: ProfileVectors | None = None) -> None: ...
     def remove(self, canonical_id: str) -> None: ...
+    def query(
+        self, intent: str, domains: tuple[str, ...] | None, *, evidence: bool = False
+    ) -> QueryScores: ...
     def scores(
         self, intent: str, domains: tuple[str, ...] | None, floor: float
-    ) -> dict[str, float]:
-        """capability_match_score of every agent scoring at least ``floor``."""
-        ...
-
+    ) -> dict[str, float]: ...
     def __len__(self) -> int: ...
 
 
-class FaissMatcher:
-    """Facet vectors in NumPy, profile vectors in a FAISS IndexFlatIP (thread-safe)."""
+# -- the index ---------------------------------------------------------------------
+
+
+class CapabilityIndex:
+    """Tag, context, example and lexical indices over every Active agent (thread-safe)."""
 
     def __init__(self, embedder: Embedder, query_cache: int = 1024) -> None:
         self._emb = embedder
         self._dim = embedder.dim
         self._lock = threading.RLock()
-        self._index = faiss.IndexIDMap2(faiss.IndexFlatIP(self._dim))
-        self._facets = np.zeros((0, len(FACETS), self._dim), dtype=np.float32)
+        nf = len(FACETS)
+        self._sums = np.zeros((0, nf, self._dim), dtype=np.float32)
+        self._counts = np.zeros((0, nf), dtype=np.float32)
+        self._context = np.zeros((0, self._dim), dtype=np.float32)
+        self._capability = np.zeros((0, self._dim), dtype=np.float32)
+        self._has_examples = np.zeros(0, dtype=bool)
+        self._has_tags = np.zeros(0, dtype=bool)
         self._slot_of: dict[str, int] = {}
         self._id_of: list[str | None] = []
         self._free: list[int] = []
+        self._profiles: dict[int, CapabilityProfile] = {}
+        # example index: FAISS ids are example rows; row -> (slot, example index)
+        self._ex_index = faiss.IndexIDMap2(
+            faiss.IndexScalarQuantizer(
+                self._dim, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT
+            )
+        )
+        self._ex_owner = np.zeros(0, dtype=np.int64)
+        self._ex_pos = np.zeros(0, dtype=np.int64)
+        self._ex_rows: dict[int, list[int]] = {}
+        self._ex_free: list[int] = []
+        self._ex_next = 0
+        self._tag_index: dict[str, set[int]] = {}
+        self._lexical = LexicalIndex(nf)
         self._cache: OrderedDict[str, Vectors] = OrderedDict()
         self._cache_size = query_cache
 
     def __len__(self) -> int:
         return len(self._slot_of)
 
-    # -- mutation ------------------------------------------------------------------
-    def embed_profile(self, profile: CapabilityProfile) -> Vectors:
-        return self._emb.embed([profile.facets.get(f, "") for f in FACETS])
+    # -- mutation --------------------------------------------------------------------
+    def embed_profile(self, profile: CapabilityProfile) -> ProfileVectors:
+        sums, counts = self._emb.embed_sums([content_text(profile.facets.get(f, "")) for f in FACETS])
+        examples = self._emb.embed([content_text(ex.text) for ex in profile.examples])
+        return ProfileVectors(sums, counts, examples)
 
-    def upsert(self, profile: CapabilityProfile, facet_vectors: Vectors | None = None) -> None:
-        vecs = facet_vectors if facet_vectors is not None else self.embed_profile(profile)
-        profile_vec = normalize_rows((FACET_WEIGHTS[:, None] * vecs).sum(axis=0, keepdims=True))
+    def upsert(self, profile: CapabilityProfile, vectors: ProfileVectors | None = None) -> None:
+        vecs = vectors if vectors is not None else self.embed_profile(profile)
         with self._lock:
             slot = self._slot_of.get(profile.canonical_id)
             if slot is None:
@@ -180,40 +342,92 @@ class FaissMatcher:
                 self._slot_of[profile.canonical_id] = slot
                 self._id_of[slot] = profile.canonical_id
             else:
-                self._index.remove_ids(np.array([slot], dtype=np.int64))  # type: ignore[arg-type]
-            self._facets[slot] = vecs
-            self._index.add_with_ids(profile_vec, np.array([slot], dtype=np.int64))
+                self._clear(slot)
+            self._profiles[slot] = profile
+            self._sums[slot] = vecs.facet_sums
+            self._counts[slot] = vecs.facet_counts
+            self._context[slot] = normalize_rows(vecs.facet_sums[_F["description"]])
+            self._capability[slot] = normalize_rows(vecs.facet_sums.sum(axis=0))
+            self._has_examples[slot] = len(profile.examples) > 0
+            self._has_tags[slot] = len(profile.tags) > 0
+            for tag in profile.tags:
+                self._tag_index.setdefault(tag, set()).add(slot)
+            self._lexical.upsert(slot, [profile.facets.get(f, "") for f in FACETS])
+            if len(profile.examples):
+                rows = [self._ex_row() for _ in profile.examples]
+                self._ex_owner[rows] = slot
+                self._ex_pos[rows] = np.arange(len(rows))
+                self._ex_rows[slot] = rows
+                self._ex_index.add_with_ids(vecs.examples, np.array(rows, dtype=np.int64))
+
+    def _ex_row(self) -> int:
+        if self._ex_free:
+            return self._ex_free.pop()
+        row = self._ex_next
+        self._ex_next += 1
+        if row >= len(self._ex_owner):
+            cap = max(256, 2 * len(self._ex_owner))
+            self._ex_owner = np.resize(self._ex_owner, cap)
+            self._ex_pos = np.resize(self._ex_pos, cap)
+        return row
 
     def _grow(self) -> int:
         slot = len(self._id_of)
-        if slot >= self._facets.shape[0]:
-            cap = max(64, self._facets.shape[0] * 2)
-            grown = np.zeros((cap, len(FACETS), self._dim), dtype=np.float32)
-            grown[: self._facets.shape[0]] = self._facets
-            self._facets = grown
+        if slot >= self._sums.shape[0]:
+            cap = max(64, self._sums.shape[0] * 2)
+
+            def grow(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
+                out = np.zeros((cap, *a.shape[1:]), dtype=a.dtype)
+                out[: a.shape[0]] = a
+                return out
+
+            self._sums, self._counts = grow(self._sums), grow(self._counts)
+            self._context, self._capability = grow(self._context), grow(self._capability)
+            self._has_examples, self._has_tags = grow(self._has_examples), grow(self._has_tags)
         self._id_of.append(None)
         return slot
+
+    def _clear(self, slot: int) -> None:
+        profile = self._profiles.pop(slot, None)
+        if profile is not None:
+            for tag in profile.tags:
+                holders = self._tag_index.get(tag)
+                if holders is not None:
+                    holders.discard(slot)
+                    if not holders:
+                        del self._tag_index[tag]
+        rows = self._ex_rows.pop(slot, None)
+        if rows:
+            self._ex_index.remove_ids(np.array(rows, dtype=np.int64))  # type: ignore[arg-type]
+            self._ex_owner[rows] = -1
+            self._ex_free.extend(rows)
+        self._lexical.remove(slot)
+        self._sums[slot] = 0.0
+        self._counts[slot] = 0.0
+        self._context[slot] = 0.0
+        self._capability[slot] = 0.0
+        self._has_examples[slot] = False
+        self._has_tags[slot] = False
 
     def remove(self, canonical_id: str) -> None:
         with self._lock:
             slot = self._slot_of.pop(canonical_id, None)
             if slot is None:
                 return
-            self._index.remove_ids(np.array([slot], dtype=np.int64))  # type: ignore[arg-type]
-            self._facets[slot] = 0.0
+            self._clear(slot)
             self._id_of[slot] = None
             self._free.append(slot)
 
-    # -- query -------------------------------------------------------------------------
-    def query_vector(self, intent: str) -> Vectors:
+    # -- query -----------------------------------------------------------------------
+    def query_vector(self, text: str) -> Vectors:
         with self._lock:
-            hit = self._cache.get(intent)
+            hit = self._cache.get(text)
             if hit is not None:
-                self._cache.move_to_end(intent)
+                self._cache.move_to_end(text)
                 return hit
-        vec = self._emb.embed([intent])
+        vec = self._emb.embed([content_text(text)])
         with self._lock:
-            self._cache[intent] = vec
+            self._cache[text] = vec
             if len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
         return vec
@@ -221,39 +435,100 @@ class FaissMatcher:
     def scores(
         self, intent: str, domains: tuple[str, ...] | None, floor: float
     ) -> dict[str, float]:
-        q = self.query_vector(intent)
-        if not np.any(q):
-            return {}
+        return self.query(intent, domains).above(floor)
+
+    def query(
+        self, intent: str, domains: tuple[str, ...] | None, *, evidence: bool = False
+    ) -> QueryScores:
+        parts = segments(intent)
+        vectors = [self.query_vector(t) for t in (intent, *parts)]
+        allowed = set(ALL_DOMAINS if domains is None else domains)
+        mask = np.array(
+            [f == "description" or f in allowed for f in FACETS], dtype=np.float32
+        )
         with self._lock:
+            n = len(self._id_of)
             if domains is None:
-                return self._profile_scores(q, floor)
-            return self._facet_scores(q, domains, floor)
+                capability = self._capability[:n]
+            else:
+                capability = normalize_rows(np.einsum("nfd,f->nd", self._sums[:n], mask))
+            passes = [
+                self._pass(text, vec, n, mask, capability, "examples" in allowed, "tags" in allowed)
+                for text, vec in zip((intent, *parts), vectors, strict=True)
+            ]
+            ids = list(self._id_of[:n])
+            examples_of = (
+                {s: p.examples for s, p in self._profiles.items()} if evidence else {}
+            )
+        whole = passes[0]
+        if len(passes) > 1:
+            part_best = np.max(np.stack([p.fused for p in passes[1:]]), axis=0)
+            final = (1.0 - SEGMENT_MIX) * whole.fused + SEGMENT_MIX * part_best
+            return QueryScores(final, ids, whole, passes[1:], part_best, examples_of)
+        return QueryScores(whole.fused, ids, whole, examples_of=examples_of)
 
-    def _profile_scores(self, q: Vectors, floor: float) -> dict[str, float]:
-        if self._index.ntotal == 0:
-            return {}
-        # range_search returns inner products > radius; nudge so that == floor counts.
-        _, sims, ids = self._index.range_search(q, float(floor) - 1e-7)
-        out: dict[str, float] = {}
-        for slot, sim in zip(ids.tolist(), sims.tolist(), strict=True):
-            score = round(min(1.0, max(0.0, sim)), PRECISION)
-            cid = self._id_of[slot]
-            if cid is not None and score >= floor:
-                out[cid] = score
-        return out
+    def _pass(
+        self,
+        text: str,
+        q: Vectors,
+        n: int,
+        mask: Vectors,
+        capability: Vectors,
+        use_examples: bool,
+        use_tags: bool,
+    ) -> _Pass:
+        comps: dict[str, Vectors] = {}
+        hits: dict[int, list[tuple[int, float]]] = {}
+        matched_tags: dict[int, list[str]] = {}
+        if not np.any(q) or n == 0:
+            zero = np.zeros(n, dtype=np.float32)
+            return _Pass({}, np.ones(n, dtype=np.float32), zero, hits, matched_tags)
+        qv = q[0]
+        comps["context"] = np.clip(self._context[:n] @ qv, 0.0, 1.0)
+        comps["capability"] = np.clip(capability @ qv, 0.0, 1.0)
+        comps["lexical"] = self._lexical.scores(text, mask, n)[0]
+        weight_sum = np.full(
+            n, WEIGHTS["context"] + WEIGHTS["capability"] + WEIGHTS["lexical"], dtype=np.float32
+        )
+        total = (
+            WEIGHTS["context"] * comps["context"]
+            + WEIGHTS["capability"] * comps["capability"]
+            + WEIGHTS["lexical"] * comps["lexical"]
+        )
+        if use_examples and self._ex_index.ntotal:
+            ex = np.zeros(n, dtype=np.float32)
+            _, sims, rows = self._ex_index.range_search(q, EXAMPLE_FLOOR)
+            if len(rows):
+                owners = self._ex_owner[rows]
+                np.maximum.at(ex, owners, np.minimum(sims, 1.0))
+                for r, o, s in zip(rows.tolist(), owners.tolist(), sims.tolist(), strict=True):
+                    hits.setdefault(o, []).append((int(self._ex_pos[r]), min(1.0, s)))
+            has = self._has_examples[:n]
+            comps["example"] = np.where(has, ex, np.nan).astype(np.float32)
+            total += WEIGHTS["example"] * np.where(has, ex, 0.0)
+            weight_sum += WEIGHTS["example"] * has
+        if use_tags and self._tag_index:
+            query_tags = sorted(t for t in candidate_tags(text) if t in self._tag_index)
+            if query_tags:
+                tag = self._tag_scores(query_tags, n, matched_tags)
+                has = self._has_tags[:n]
+                comps["tag"] = np.where(has, tag, np.nan).astype(np.float32)
+                total += WEIGHTS["tag"] * np.where(has, tag, 0.0)
+                weight_sum += WEIGHTS["tag"] * has
+        fused = np.clip(total / weight_sum, 0.0, 1.0).astype(np.float32)
+        return _Pass(comps, weight_sum, fused, hits, matched_tags)
 
-    def _facet_scores(self, q: Vectors, domains: tuple[str, ...], floor: float) -> dict[str, float]:
-        chosen = {"description"} | {f for d in domains if (f := DOMAIN_FACETS.get(d))}
-        mask = np.array([f in chosen for f in FACETS], dtype=np.float32)
-        n = len(self._id_of)
-        if n == 0:
-            return {}
-        combined = np.einsum("nfd,f->nd", self._facets[:n], FACET_WEIGHTS * mask)
-        sims = normalize_rows(combined) @ q[0]
-        out: dict[str, float] = {}
-        for slot in np.nonzero(sims >= floor - 1e-7)[0].tolist():
-            cid = self._id_of[slot]
-            score = round(min(1.0, max(0.0, float(sims[slot]))), PRECISION)
-            if cid is not None and score >= floor:
-                out[cid] = score
-        return out
+    def _tag_scores(
+        self, query_tags: list[str], n: int, matched: dict[int, list[str]]
+    ) -> Vectors:
+        """IDF-weighted share of the intent's known tags that each agent carries."""
+        n_agents = max(len(self._slot_of), 1)
+        idf = {t: float(np.log(1.0 + n_agents / len(self._tag_index[t]))) for t in query_tags}
+        denom = sum(idf.values())
+        out = np.zeros(n, dtype=np.float32)
+        for t in query_tags:
+            for slot in self._tag_index[t]:
+                if slot < n:
+                    out[slot] += idf[t] / denom
+                    matched.setdefault(slot, []).append(t)
+        return np.minimum(out, 1.0)

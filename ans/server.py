@@ -27,7 +27,7 @@ from ans.governance.keys import SigningKey, TrustedKeys
 
 from .app import AnsApp
 from .config import Config
-from .matcher import Embedder, FaissMatcher, WordLlamaEmbedder
+from .matcher import Embedder, CapabilityIndex, WordLlamaEmbedder
 from .service import AnsService, Clock, utc_now
 from .store import SQLiteStore
 
@@ -88,7 +88,7 @@ def build_service(
     service = AnsService(
         config=config,
         store=SQLiteStore(data / "registry.sqlite3"),
-        matcher=FaissMatcher(embedder or WordLlamaEmbedder()),
+        matcher=CapabilityIndex(embedder or WordLlamaEmbedder()),
         signing_key=signing_key,
         governance_keys=trusted,
         audit=AuditLog(data / "audit.jsonl", clock, fsync=config.audit_fsync),

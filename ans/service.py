@@ -156,12 +156,13 @@ class AnsService:
             audit=self.audit,
         )
         weights = self.config.ranking
+        matched = None
+        scores = None  # no intent: every agent is a candidate, ranked on trust alone
         if p.intent is not None:
-            scores = self.matcher.scores(
-                p.intent, p.capability_domains, self.config.min_capability_match
+            matched = self.matcher.query(
+                p.intent, p.capability_domains, evidence=p.include_evidence
             )
-        else:
-            scores = None  # no intent: every agent is a candidate, ranked on trust alone
+            scores = matched.above(self.config.min_capability_match)
         ranked: list[tuple[float, float, AgentEntry]] = []
         with self._lock:
             items = (
@@ -181,6 +182,12 @@ class AnsService:
             item = {"rank": i, **entry.fields, "capability_match_score": cms, "rank_score": score}
             if p.scope_negotiate:
                 item["required_scope"] = entry.required_scope
+            if p.include_evidence:
+                item.update(
+                    matched.evidence(entry.canonical_id)
+                    if matched is not None
+                    else {"score_components": {}, "matched_tags": [], "matched_examples": []}
+                )
             results.append(item)
         result: dict[str, Any] = {
             "query_id": f"qry-{self.new_id()}",

@@ -204,6 +204,7 @@ DISCOVER_PARAMETERS = (
     "org_domain",
     "limit",
     "scope_negotiate",
+    "include_evidence",
 )
 
 MANIFEST_CHECK_CODES = (

@@ -83,6 +83,7 @@ class DiscoverParams:
     org_domain: str | None
     limit: int
     scope_negotiate: bool
+    include_evidence: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +288,10 @@ def parse_discover_params(p: Mapping[str, Any], limits: Limits) -> DiscoverParam
     if not isinstance(negotiate, bool):
         raise InvalidParameter("scope_negotiate", "must be true or false")
 
+    evidence = p.get("include_evidence", False)
+    if not isinstance(evidence, bool):
+        raise InvalidParameter("include_evidence", "must be true or false")
+
     return DiscoverParams(
         intent=intent,
         capability_domains=domains,
@@ -296,6 +301,7 @@ def parse_discover_params(p: Mapping[str, Any], limits: Limits) -> DiscoverParam
         org_domain=org,
         limit=limit,
         scope_negotiate=negotiate,
+        include_evidence=evidence,
     )
 
 

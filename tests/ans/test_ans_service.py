@@ -22,7 +22,7 @@ from joserfc import jws
 from joserfc.jwk import ECKey
 
 from ans.config import Config
-from ans.matcher import FaissMatcher
+from ans.matcher import CapabilityIndex
 from ans.service import AnsService
 from ans.store import SQLiteStore
 
@@ -105,7 +105,7 @@ def make_service(cfg: Config, embedder: Any, gov_key: SigningKey) -> AnsService:
     return AnsService(
         config=cfg,
         store=SQLiteStore(cfg.data_dir / "registry.sqlite3"),
-        matcher=FaissMatcher(embedder),
+        matcher=CapabilityIndex(embedder),
         signing_key=SigningKey.load_or_create(cfg.data_dir / "ans-signing-key.pem"),
         governance_keys=TrustedKeys([gov_key.public]),
         audit=AuditLog(cfg.data_dir / "audit.jsonl", lambda: NOW),
