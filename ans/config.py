@@ -49,7 +49,7 @@ class Config:
     # [discovery]
     default_limit: int = 10
     max_limit: int = 100
-    min_capability_match: float = 0.25
+    min_capability_match: float = 0.05
     max_body_bytes: int = 256 * 1024
     ranking: RankingWeights = field(default_factory=RankingWeights)
     # [logging]

@@ -24,7 +24,7 @@ MAX_TEXT = 4000
 MAX_SHORT = 512
 MAX_LIST = 64
 MAX_EXAMPLES = 64
-MAX_EXAMPLE_TEXT = 1000
+MAX_EXAMPLE_TEXT = 2000  # same bound as a DISCOVER intent
 
 _LABEL_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}")
 _METHOD_RE = re.compile(r"[A-Z][A-Z0-9_-]{0,31}")

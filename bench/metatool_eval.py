@@ -1,0 +1,277 @@
+"""Capability-matching evaluation on the MetaTool split (../shared/data/metatool).
+
+Every one of the 199 tools becomes an agent (same trust tier and behavioral
+score for all, so rank order = capability order), signed by a governance key
+and registered through the real ACTIVATE path of AnsService. Every evaluation
+query is answered by AnsService.discover -- the engine the server uses -- and
+a sample is also sent to a real ``ans serve`` over HTTP/2 (agents ACTIVATEd
+over the wire too); the two answers must agree, and the server's signature
+must verify.
+
+    .venv/bin/python bench/metatool_eval.py            # writes bench/results/metatool.json
+
+Modes: (a) descriptions only, (b) descriptions + the published example tasks,
+(c) the multi-tool queries (with examples; descriptions-only shown too).
+Recall@k = |gold in top k| / |gold|; nDCG@10 with binary relevance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import platform
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+from ans.governance.keys import SigningKey  # noqa: E402
+from ans.governance.signing import sign_document  # noqa: E402
+from ans.protocol.messages import (  # noqa: E402
+    ActivateRequest,
+    DiscoverRequest,
+    Identity,
+    parse_discover_params,
+    query_digest,
+)
+from ans.protocol.scope import parse_authority_scope  # noqa: E402
+
+from ans.client import AgtpClient, verify_discover_result  # noqa: E402
+from ans.config import Config  # noqa: E402
+from ans.demo import demo_manifest  # noqa: E402
+from ans.matcher import WEIGHTS  # noqa: E402
+from ans.server import build_service, configure_logging  # noqa: E402
+from ans.service import AnsService  # noqa: E402
+from ans.text import split_label  # noqa: E402
+
+GOV = Identity("agtp://gov.metatool.example/agents/platform", "eval", parse_authority_scope(
+    "discovery:register"))
+ASKER = Identity("agtp://eval.example/agents/orchestrator", "eval", parse_authority_scope(
+    "discovery:query"))
+K = 10
+FLOOR = float(os.environ.get("EVAL_FLOOR", str(Config().min_capability_match)))
+
+
+def find_split(explicit: Path | None) -> Path:
+    if explicit:
+        return explicit
+    for parent in [ROOT, *ROOT.parents]:
+        cand = parent / "shared" / "data" / "metatool"
+        if (cand / "split.json").is_file():
+            return cand
+    sys.exit("metatool_eval: ../shared/data/metatool/split.json not found (use --data)")
+
+
+def label_of(tool: str) -> str:
+    label = "-".join(split_label(tool).lower().split())
+    return "".join(c for c in label if c.isalnum() or c in "._-")[:120]
+
+
+def agent_docs(
+    data: dict[str, Any], descriptions: dict[str, str], with_examples: bool
+) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(tool, unsigned manifest, capability document) for every tool."""
+    out = []
+    for tool in sorted(data["examples"]):
+        entry = {
+            "agent_label": label_of(tool),
+            "org_domain": "metatool.example",
+            "governance_zone": "zone:public",
+            "trust_tier": 1,
+            "behavioral_trust_score": 0.9,
+            "principal_org": "MetaTool",
+            "authority_scope_categories": ["tools:invoke"],
+            "supported_methods": ["QUERY"],
+            "job_description": descriptions[tool],
+        }
+        caps: dict[str, Any] = {"supported_methods": ["QUERY"]}
+        if with_examples:
+            caps["examples"] = [
+                {"id": f"ex-{i + 1}", "text": text}
+                for i, text in enumerate(data["examples"][tool])
+            ]
+        out.append((tool, demo_manifest(entry), caps))
+    return out
+
+
+def make_service(workdir: Path, gov: SigningKey, embedder: Any) -> AnsService:
+    jwks = workdir / "gov.jwks.json"
+    jwks.write_text(json.dumps({"keys": [gov.public.jwk()]}), encoding="utf-8")
+    config = Config(data_dir=workdir / "data", governance_jwks=(jwks,), log_level="error",
+                    min_capability_match=FLOOR)
+    return build_service(config, embedder=embedder).service
+
+
+def discover(service: AnsService, intent: str, limit: int = K) -> list[tuple[str, float]]:
+    params = {"intent": intent, "limit": limit}
+    req = DiscoverRequest(
+        ASKER, "eval", parse_discover_params(params, service.limits), query_digest(params), params
+    )
+    result = service.discover(req)
+    return [(r["canonical_id"], r["capability_match_score"]) for r in result["results"]]
+
+
+def metrics(rankings: Iterable[Sequence[str]], golds: Iterable[Sequence[str]]) -> dict[str, float]:
+    r1 = r5 = ndcg = 0.0
+    n = 0
+    for ranked, gold in zip(rankings, golds, strict=True):
+        g = set(gold)
+        r1 += len(g & set(ranked[:1])) / len(g)
+        r5 += len(g & set(ranked[:5])) / len(g)
+        dcg = sum(1 / math.log2(i + 2) for i, x in enumerate(ranked[:K]) if x in g)
+        ideal = sum(1 / math.log2(i + 2) for i in range(min(len(g), K)))
+        ndcg += dcg / ideal
+        n += 1
+    return {"recall@1": round(r1 / n, 4), "recall@5": round(r5 / n, 4), "ndcg@10": round(ndcg / n, 4)}
+
+
+# -- the real server ---------------------------------------------------------------
+
+
+def start_server(data_dir: Path, jwks: Path) -> tuple[subprocess.Popen[str], str]:
+    ans = Path(sys.executable).with_name("ans")
+    cmd = [str(ans), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir),
+           "--governance-jwks", str(jwks), "--log-level", "warning"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=0.5)
+        except queue.Empty:
+            if proc.poll() is not None:
+                break
+            continue
+        if line.startswith("ANS listening on "):
+            return proc, line.split()[-1]
+    proc.kill()
+    sys.exit("metatool_eval: the server did not start")
+
+
+def http_check(
+    workdir: Path, gov: SigningKey, docs: list[tuple[str, dict[str, Any], dict[str, Any]]],
+    queries: list[str], service: AnsService,
+) -> dict[str, Any]:
+    """ACTIVATE every agent and send ``queries`` to a real server over HTTP/2;
+    compare each signed answer with the in-process one."""
+    proc, url = start_server(workdir / "http-data", workdir / "gov.jwks.json")
+    agree = verified = 0
+    mismatches: list[str] = []
+    try:
+        with AgtpClient(url, agent_id=GOV.agent_id, principal_id="eval",
+                        scope="discovery:register") as gclient:
+            for i, (_, manifest, caps) in enumerate(docs):
+                params = {"manifest": sign_document(manifest, gov, "signature"),
+                          "capabilities": caps}
+                resp = gclient.call("ACTIVATE", params, task_id=f"act-{i}")
+                if resp.status != 200:
+                    sys.exit(f"metatool_eval: ACTIVATE over HTTP failed: {resp.body}")
+        with AgtpClient(url, agent_id=ASKER.agent_id, principal_id="eval",
+                        scope="discovery:query") as client:
+            jwks = client.jwks()
+            for i, q in enumerate(queries):
+                params = {"intent": q, "limit": K}
+                resp = client.discover(params, task_id=f"q-{i}")
+                verify_discover_result(resp.result, jwks, params)
+                verified += 1
+                wire = [(r["canonical_id"], r["capability_match_score"])
+                        for r in resp.result["results"]]
+                if wire == discover(service, q):
+                    agree += 1
+                else:
+                    mismatches.append(q)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    return {"queries": len(queries), "signatures_verified": verified, "agree": agree,
+            "mismatches": mismatches[:5]}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", type=Path, help="folder with split.json and plugin_des.json")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "metatool.json")
+    ap.add_argument("--http-sample", type=int, default=200,
+                    help="how many evaluation queries also go through a real server (0: none)")
+    args = ap.parse_args(argv)
+
+    folder = find_split(args.data)
+    data = json.loads((folder / "split.json").read_text(encoding="utf-8"))
+    descriptions = json.loads((folder / "plugin_des.json").read_text(encoding="utf-8"))
+    from ans.matcher import WordLlamaEmbedder
+
+    configure_logging("error")
+    embedder = WordLlamaEmbedder()
+    gov = SigningKey.generate()
+    singles = data["eval_single"]
+    multis = data["eval_multi"]
+    report: dict[str, Any] = {
+        "command": "python bench/metatool_eval.py",
+        "split_sha256": hashlib.sha256((folder / "split.json").read_bytes()).hexdigest(),
+        "embedder": "wordllama l2_supercat 256-d (bundled weights)",
+        "weights": WEIGHTS,
+        "machine": f"{platform.machine()} {os.cpu_count()} cpu, Python {platform.python_version()}",
+        "sizes": {"agents": len(data["examples"]), "single": len(singles), "multi": len(multis)},
+    }
+    with tempfile.TemporaryDirectory(prefix="ans-metatool-") as tmp:
+        for mode, with_examples in (("descriptions", False), ("examples", True)):
+            workdir = Path(tmp) / mode
+            workdir.mkdir()
+            service = make_service(workdir, gov, embedder)
+            docs = agent_docs(data, descriptions, with_examples)
+            tool_of = {}
+            for i, (tool, manifest, caps) in enumerate(docs):
+                signed = sign_document(manifest, gov, "signature")
+                service.activate(ActivateRequest(GOV, f"act-{i}", signed, caps))
+                tool_of[manifest["canonical_id"]] = tool
+            t0 = time.perf_counter()
+            ranked_single = [[tool_of[c] for c, _ in discover(service, q)] for q, _ in singles]
+            ranked_multi = [[tool_of[c] for c, _ in discover(service, q)] for q, _ in multis]
+            elapsed = time.perf_counter() - t0
+            key = "a_descriptions_only" if not with_examples else "b_with_examples"
+            report[key] = metrics(ranked_single, [[t] for _, t in singles])
+            report[f"c_multi_tool_{mode}"] = metrics(ranked_multi, [ts for _, ts in multis])
+            report[f"seconds_per_query_{mode}"] = round(elapsed / (len(singles) + len(multis)), 5)
+            if with_examples and args.http_sample > 0:
+                step = max(1, len(singles) // args.http_sample)
+                sample = [q for q, _ in singles[::step]][: args.http_sample]
+                report["http_check"] = http_check(workdir, gov, docs, sample, service)
+            service.store.close()
+    report["c_multi_tool"] = report["c_multi_tool_examples"]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    for name in ("a_descriptions_only", "b_with_examples", "c_multi_tool",
+                 "c_multi_tool_descriptions"):
+        m = report[name]
+        print(f"{name:28s} R@1 {m['recall@1']:.3f}  R@5 {m['recall@5']:.3f}  "
+              f"nDCG@10 {m['ndcg@10']:.3f}")
+    if "http_check" in report:
+        h = report["http_check"]
+        print(f"http check: {h['agree']}/{h['queries']} answers agree, "
+              f"{h['signatures_verified']} signatures verified")
+    print(f"written to {args.out}")
+    ok = "http_check" not in report or report["http_check"]["agree"] == report["http_check"][
+        "queries"]
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
