@@ -30,7 +30,7 @@ class LexicalIndex:
 
     def __init__(self, n_facets: int) -> None:
         self._nf = n_facets
-        self._postings: dict[str, dict[int, npt.NDArray[np.float32]]] = {}
+        self._postings: dict[str, dict[int, tuple[float, ...]]] = {}
         self._views: dict[str, tuple[npt.NDArray[np.int64], FloatArray]] = {}
         self._doc_words: dict[int, set[str]] = {}
         self._lengths = np.zeros((0, n_facets), dtype=np.float32)
@@ -59,7 +59,7 @@ class LexicalIndex:
                 vec[f] = c
         self._total += self._lengths[slot]
         for w, vec in tf.items():
-            self._postings.setdefault(w, {})[slot] = vec
+            self._postings.setdefault(w, {})[slot] = tuple(vec.tolist())
             self._views.pop(w, None)
         self._doc_words[slot] = set(tf)
 
@@ -84,7 +84,7 @@ class LexicalIndex:
             if not posting:
                 return None
             slots = np.fromiter(posting.keys(), dtype=np.int64, count=len(posting))
-            tfs = np.stack(list(posting.values()))
+            tfs = np.array(list(posting.values()), dtype=np.float32)
             view = self._views[w] = (slots, tfs)
         return view
 

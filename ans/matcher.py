@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import faiss
 import numpy as np
 import numpy.typing as npt
 
+from .examples_index import ExampleBlocks
 from .lexical import LexicalIndex
 from .ranking import PRECISION
 from .text import candidate_tags, content_text, normalize_tag, segments, split_label
@@ -114,6 +114,8 @@ class WordLlamaEmbedder:
         self._table = np.ascontiguousarray(wl.embedding, dtype=np.float32)
         self._tok = wl.tokenizer
         self.dim = int(self._table.shape[1])
+        # wordllama is Matryoshka-trained: its leading 128 dims are an embedding too
+        self.prefix_dims = min(128, self.dim)
 
     def embed_sums(self, texts: Sequence[str]) -> tuple[Vectors, Vectors]:
         sums = np.zeros((len(texts), self.dim), dtype=np.float32)
@@ -179,7 +181,9 @@ def profile_from(manifest: Mapping[str, Any], capabilities: Mapping[str, Any]) -
     )
     methods = capabilities.get("supported_methods") or manifest.get("supported_methods")
     zones = [
-        z.removeprefix("zone:") for z in capabilities.get("zones_accepted", []) if isinstance(z, str)
+        z.removeprefix("zone:")
+        for z in capabilities.get("zones_accepted", [])
+        if isinstance(z, str)
     ]
     label = split_label(str(manifest.get("agent_label", "")))
     return CapabilityProfile(
@@ -215,9 +219,8 @@ class _Pass:
     """Component arrays of one text (the whole intent or one part) over all slots."""
 
     components: dict[str, Vectors]
-    weight_sum: Vectors
     fused: Vectors
-    example_hits: dict[int, list[tuple[int, float]]]  # slot -> [(example index, score)]
+    example_sims: Vectors  # similarity of every example row to this text
     tags: dict[int, list[str]]  # slot -> matched tags
 
 
@@ -230,7 +233,7 @@ class QueryScores:
     whole: _Pass
     parts: list[_Pass] = field(default_factory=list)
     part_best: Vectors | None = None
-    examples_of: dict[int, tuple[Example, ...]] = field(default_factory=dict)
+    examples_of: dict[int, tuple[tuple[Example, ...], int]] = field(default_factory=dict)
 
     def above(self, floor: float) -> dict[str, float]:
         """capability_match_score of every agent scoring at least ``floor``."""
@@ -255,21 +258,25 @@ class QueryScores:
         }
         if self.part_best is not None:
             comps["segment"] = round(float(self.part_best[slot]), PRECISION)
-        tags = set(self.whole.tags.get(slot, []))
-        best: dict[int, float] = {}
+        tags: set[str] = set()
+        examples, start = self.examples_of.get(slot, ((), 0))
+        best = np.zeros(len(examples), dtype=np.float32)
         for p in (self.whole, *self.parts):
             tags.update(p.tags.get(slot, []))
-            for k, s in p.example_hits.get(slot, []):
-                best[k] = max(best.get(k, 0.0), s)
-        examples = self.examples_of.get(slot, ())
-        ranked = sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_EVIDENCE_EXAMPLES]
+            if len(examples) and len(p.example_sims):
+                best = np.maximum(best, p.example_sims[start : start + len(examples)])
+        order = sorted(range(len(examples)), key=lambda k: (-float(best[k]), k))
         return {
             "score_components": comps,
             "matched_tags": sorted(tags),
             "matched_examples": [
-                {"id": examples[k].id, "text": examples[k].text, "score": round(s, PRECISION)}
-                for k, s in ranked
-                if k < len(examples)
+                {
+                    "id": examples[k].id,
+                    "text": examples[k].text,
+                    "score": round(min(1.0, float(best[k])), PRECISION),
+                }
+                for k in order[:MAX_EVIDENCE_EXAMPLES]
+                if best[k] > EXAMPLE_FLOOR
             ],
         }
 
@@ -308,17 +315,7 @@ class CapabilityIndex:
         self._id_of: list[str | None] = []
         self._free: list[int] = []
         self._profiles: dict[int, CapabilityProfile] = {}
-        # example index: FAISS ids are example rows; row -> (slot, example index)
-        self._ex_index = faiss.IndexIDMap2(
-            faiss.IndexScalarQuantizer(
-                self._dim, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT
-            )
-        )
-        self._ex_owner = np.zeros(0, dtype=np.int64)
-        self._ex_pos = np.zeros(0, dtype=np.int64)
-        self._ex_rows: dict[int, list[int]] = {}
-        self._ex_free: list[int] = []
-        self._ex_next = 0
+        self._examples = ExampleBlocks(min(self._dim, getattr(embedder, "prefix_dims", self._dim)))
         self._tag_index: dict[str, set[int]] = {}
         self._lexical = LexicalIndex(nf)
         self._cache: OrderedDict[str, Vectors] = OrderedDict()
@@ -329,7 +326,9 @@ class CapabilityIndex:
 
     # -- mutation --------------------------------------------------------------------
     def embed_profile(self, profile: CapabilityProfile) -> ProfileVectors:
-        sums, counts = self._emb.embed_sums([content_text(profile.facets.get(f, "")) for f in FACETS])
+        sums, counts = self._emb.embed_sums(
+            [content_text(profile.facets.get(f, "")) for f in FACETS]
+        )
         examples = self._emb.embed([content_text(ex.text) for ex in profile.examples])
         return ProfileVectors(sums, counts, examples)
 
@@ -353,23 +352,7 @@ class CapabilityIndex:
             for tag in profile.tags:
                 self._tag_index.setdefault(tag, set()).add(slot)
             self._lexical.upsert(slot, [profile.facets.get(f, "") for f in FACETS])
-            if len(profile.examples):
-                rows = [self._ex_row() for _ in profile.examples]
-                self._ex_owner[rows] = slot
-                self._ex_pos[rows] = np.arange(len(rows))
-                self._ex_rows[slot] = rows
-                self._ex_index.add_with_ids(vecs.examples, np.array(rows, dtype=np.int64))
-
-    def _ex_row(self) -> int:
-        if self._ex_free:
-            return self._ex_free.pop()
-        row = self._ex_next
-        self._ex_next += 1
-        if row >= len(self._ex_owner):
-            cap = max(256, 2 * len(self._ex_owner))
-            self._ex_owner = np.resize(self._ex_owner, cap)
-            self._ex_pos = np.resize(self._ex_pos, cap)
-        return row
+            self._examples.put(slot, vecs.examples)
 
     def _grow(self) -> int:
         slot = len(self._id_of)
@@ -396,11 +379,7 @@ class CapabilityIndex:
                     holders.discard(slot)
                     if not holders:
                         del self._tag_index[tag]
-        rows = self._ex_rows.pop(slot, None)
-        if rows:
-            self._ex_index.remove_ids(np.array(rows, dtype=np.int64))  # type: ignore[arg-type]
-            self._ex_owner[rows] = -1
-            self._ex_free.extend(rows)
+        self._examples.drop(slot)
         self._lexical.remove(slot)
         self._sums[slot] = 0.0
         self._counts[slot] = 0.0
@@ -419,18 +398,28 @@ class CapabilityIndex:
             self._free.append(slot)
 
     # -- query -----------------------------------------------------------------------
-    def query_vector(self, text: str) -> Vectors:
+    def query_vectors(self, texts: Sequence[str]) -> Vectors:
+        """Normalized embeddings of the texts (an LRU cache keyed by text)."""
+        out = np.zeros((len(texts), self._dim), dtype=np.float32)
+        missing: list[int] = []
         with self._lock:
-            hit = self._cache.get(text)
-            if hit is not None:
-                self._cache.move_to_end(text)
-                return hit
-        vec = self._emb.embed([content_text(text)])
-        with self._lock:
-            self._cache[text] = vec
-            if len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
-        return vec
+            for i, t in enumerate(texts):
+                hit = self._cache.get(t)
+                if hit is None:
+                    missing.append(i)
+                else:
+                    self._cache.move_to_end(t)
+                    out[i] = hit
+        if missing:
+            vecs = self._emb.embed([content_text(texts[i]) for i in missing])
+            with self._lock:
+                for i, v in zip(missing, vecs, strict=True):
+                    out[i] = v
+                    if self._cache_size > 0:
+                        self._cache[texts[i]] = v
+                while len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+        return out
 
     def scores(
         self, intent: str, domains: tuple[str, ...] | None, floor: float
@@ -440,25 +429,49 @@ class CapabilityIndex:
     def query(
         self, intent: str, domains: tuple[str, ...] | None, *, evidence: bool = False
     ) -> QueryScores:
-        parts = segments(intent)
-        vectors = [self.query_vector(t) for t in (intent, *parts)]
+        texts = [intent, *segments(intent)]
+        q = self.query_vectors(texts)
         allowed = set(ALL_DOMAINS if domains is None else domains)
-        mask = np.array(
-            [f == "description" or f in allowed for f in FACETS], dtype=np.float32
-        )
+        mask = np.array([f == "description" or f in allowed for f in FACETS], dtype=np.float32)
         with self._lock:
             n = len(self._id_of)
             if domains is None:
                 capability = self._capability[:n]
             else:
                 capability = normalize_rows(np.einsum("nfd,f->nd", self._sums[:n], mask))
-            passes = [
-                self._pass(text, vec, n, mask, capability, "examples" in allowed, "tags" in allowed)
-                for text, vec in zip((intent, *parts), vectors, strict=True)
-            ]
+            ctx_all = self._context[:n] @ q.T  # (n, P)
+            cap_all = capability @ q.T
+            use_examples = "examples" in allowed and self._examples.total > 0
+            if use_examples:
+                ex_all, ex_sims = self._examples.best(q, n)
+            else:
+                ex_all = np.zeros((n, len(texts)), dtype=np.float32)
+                ex_sims = np.zeros((0, len(texts)), dtype=np.float32)
+            has_ex = self._has_examples[:n] & use_examples
+            has_tags = self._has_tags[:n].copy()
+            passes = []
+            for i, text in enumerate(texts):
+                lexical = self._lexical.scores(text, mask, n)[0]
+                tag, tags = self._tag_scores(text, n) if "tags" in allowed else (None, {})
+                passes.append(
+                    self._fuse(
+                        ctx_all[:, i],
+                        cap_all[:, i],
+                        lexical,
+                        ex_all[:, i],
+                        has_ex,
+                        tag,
+                        has_tags,
+                        ex_sims[:, i],
+                        tags,
+                        not np.any(q[i]),
+                    )
+                )
             ids = list(self._id_of[:n])
             examples_of = (
-                {s: p.examples for s, p in self._profiles.items()} if evidence else {}
+                {s: (p.examples, self._examples.block(s)[0]) for s, p in self._profiles.items()}
+                if evidence
+                else {}
             )
         whole = passes[0]
         if len(passes) > 1:
@@ -467,68 +480,62 @@ class CapabilityIndex:
             return QueryScores(final, ids, whole, passes[1:], part_best, examples_of)
         return QueryScores(whole.fused, ids, whole, examples_of=examples_of)
 
-    def _pass(
-        self,
-        text: str,
-        q: Vectors,
-        n: int,
-        mask: Vectors,
-        capability: Vectors,
-        use_examples: bool,
-        use_tags: bool,
+    @staticmethod
+    def _fuse(
+        ctx: Vectors,
+        cap: Vectors,
+        lexical: Vectors,
+        ex: Vectors,
+        has_ex: npt.NDArray[np.bool_],
+        tag: Vectors | None,
+        has_tags: npt.NDArray[np.bool_],
+        ex_sims: Vectors,
+        tags: dict[int, list[str]],
+        empty: bool,
     ) -> _Pass:
-        comps: dict[str, Vectors] = {}
-        hits: dict[int, list[tuple[int, float]]] = {}
-        matched_tags: dict[int, list[str]] = {}
-        if not np.any(q) or n == 0:
-            zero = np.zeros(n, dtype=np.float32)
-            return _Pass({}, np.ones(n, dtype=np.float32), zero, hits, matched_tags)
-        qv = q[0]
-        comps["context"] = np.clip(self._context[:n] @ qv, 0.0, 1.0)
-        comps["capability"] = np.clip(capability @ qv, 0.0, 1.0)
-        comps["lexical"] = self._lexical.scores(text, mask, n)[0]
-        weight_sum = np.full(
-            n, WEIGHTS["context"] + WEIGHTS["capability"] + WEIGHTS["lexical"], dtype=np.float32
-        )
+        n = len(ctx)
+        if empty:
+            return _Pass({}, np.zeros(n, dtype=np.float32), ex_sims, {})
+        comps: dict[str, Vectors] = {
+            "context": np.clip(ctx, 0.0, 1.0),
+            "capability": np.clip(cap, 0.0, 1.0),
+            "lexical": lexical,
+        }
         total = (
             WEIGHTS["context"] * comps["context"]
             + WEIGHTS["capability"] * comps["capability"]
-            + WEIGHTS["lexical"] * comps["lexical"]
+            + WEIGHTS["lexical"] * lexical
         )
-        if use_examples and self._ex_index.ntotal:
-            ex = np.zeros(n, dtype=np.float32)
-            _, sims, rows = self._ex_index.range_search(q, EXAMPLE_FLOOR)
-            if len(rows):
-                owners = self._ex_owner[rows]
-                np.maximum.at(ex, owners, np.minimum(sims, 1.0))
-                for r, o, s in zip(rows.tolist(), owners.tolist(), sims.tolist(), strict=True):
-                    hits.setdefault(o, []).append((int(self._ex_pos[r]), min(1.0, s)))
-            has = self._has_examples[:n]
-            comps["example"] = np.where(has, ex, np.nan).astype(np.float32)
-            total += WEIGHTS["example"] * np.where(has, ex, 0.0)
-            weight_sum += WEIGHTS["example"] * has
-        if use_tags and self._tag_index:
-            query_tags = sorted(t for t in candidate_tags(text) if t in self._tag_index)
-            if query_tags:
-                tag = self._tag_scores(query_tags, n, matched_tags)
-                has = self._has_tags[:n]
-                comps["tag"] = np.where(has, tag, np.nan).astype(np.float32)
-                total += WEIGHTS["tag"] * np.where(has, tag, 0.0)
-                weight_sum += WEIGHTS["tag"] * has
+        weight_sum = np.full(
+            n, WEIGHTS["context"] + WEIGHTS["capability"] + WEIGHTS["lexical"], dtype=np.float32
+        )
+        if np.any(has_ex):
+            ex = np.where(ex > EXAMPLE_FLOOR, np.minimum(ex, 1.0), 0.0)
+            comps["example"] = np.where(has_ex, ex, np.nan).astype(np.float32)
+            total += WEIGHTS["example"] * np.where(has_ex, ex, 0.0)
+            weight_sum += WEIGHTS["example"] * has_ex
+        if tag is not None:
+            comps["tag"] = np.where(has_tags, tag, np.nan).astype(np.float32)
+            total += WEIGHTS["tag"] * np.where(has_tags, tag, 0.0)
+            weight_sum += WEIGHTS["tag"] * has_tags
         fused = np.clip(total / weight_sum, 0.0, 1.0).astype(np.float32)
-        return _Pass(comps, weight_sum, fused, hits, matched_tags)
+        return _Pass(comps, fused, ex_sims, tags)
 
-    def _tag_scores(
-        self, query_tags: list[str], n: int, matched: dict[int, list[str]]
-    ) -> Vectors:
+    def _tag_scores(self, text: str, n: int) -> tuple[Vectors | None, dict[int, list[str]]]:
         """IDF-weighted share of the intent's known tags that each agent carries."""
+        if not self._tag_index:
+            return None, {}
+        query_tags = sorted(t for t in candidate_tags(text) if t in self._tag_index)
+        if not query_tags:
+            return None, {}
         n_agents = max(len(self._slot_of), 1)
         idf = {t: float(np.log(1.0 + n_agents / len(self._tag_index[t]))) for t in query_tags}
         denom = sum(idf.values())
         out = np.zeros(n, dtype=np.float32)
+        matched: dict[int, list[str]] = {}
         for t in query_tags:
             for slot in self._tag_index[t]:
                 if slot < n:
                     out[slot] += idf[t] / denom
                     matched.setdefault(slot, []).append(t)
-        return np.minimum(out, 1.0)
+        return np.minimum(out, 1.0), matched

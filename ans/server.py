@@ -27,7 +27,7 @@ from ans.governance.keys import SigningKey, TrustedKeys
 
 from .app import AnsApp
 from .config import Config
-from .matcher import Embedder, CapabilityIndex, WordLlamaEmbedder
+from .matcher import CapabilityIndex, Embedder, WordLlamaEmbedder
 from .service import AnsService, Clock, utc_now
 from .store import SQLiteStore
 

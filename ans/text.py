@@ -47,13 +47,13 @@ def content_text(text: str) -> str:
 
 
 def split_label(label: str) -> str:
-    """'HousePurchasingTool' / 'solidity-auditor' -> 'House Purchasing Tool' / 'solidity auditor'."""
+    """'HousePurchasingTool' -> 'House Purchasing Tool'; 'a-b' -> 'a b'."""
     spaced = _CAMEL_RE.sub(" ", label.replace("_", " ").replace("-", " "))
     return " ".join(spaced.split())
 
 
 def normalize_tag(tag: str) -> str:
-    """Concise lowercase form: 'Invoice Processing' and 'invoice_processing' -> 'invoice-processing'."""
+    """Lowercase, hyphen-joined: 'Invoice Processing' -> 'invoice-processing'."""
     return _TAG_SEP_RE.sub("-", tag.lower()).strip("-")
 
 

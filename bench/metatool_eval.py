@@ -54,10 +54,14 @@ from ans.server import build_service, configure_logging  # noqa: E402
 from ans.service import AnsService  # noqa: E402
 from ans.text import split_label  # noqa: E402
 
-GOV = Identity("agtp://gov.metatool.example/agents/platform", "eval", parse_authority_scope(
-    "discovery:register"))
-ASKER = Identity("agtp://eval.example/agents/orchestrator", "eval", parse_authority_scope(
-    "discovery:query"))
+GOV = Identity(
+    "agtp://gov.metatool.example/agents/platform",
+    "eval",
+    parse_authority_scope("discovery:register"),
+)
+ASKER = Identity(
+    "agtp://eval.example/agents/orchestrator", "eval", parse_authority_scope("discovery:query")
+)
 K = 10
 FLOOR = float(os.environ.get("EVAL_FLOOR", str(Config().min_capability_match)))
 
@@ -97,8 +101,7 @@ def agent_docs(
         caps: dict[str, Any] = {"supported_methods": ["QUERY"]}
         if with_examples:
             caps["examples"] = [
-                {"id": f"ex-{i + 1}", "text": text}
-                for i, text in enumerate(data["examples"][tool])
+                {"id": f"ex-{i + 1}", "text": text} for i, text in enumerate(data["examples"][tool])
             ]
         out.append((tool, demo_manifest(entry), caps))
     return out
@@ -107,8 +110,12 @@ def agent_docs(
 def make_service(workdir: Path, gov: SigningKey, embedder: Any) -> AnsService:
     jwks = workdir / "gov.jwks.json"
     jwks.write_text(json.dumps({"keys": [gov.public.jwk()]}), encoding="utf-8")
-    config = Config(data_dir=workdir / "data", governance_jwks=(jwks,), log_level="error",
-                    min_capability_match=FLOOR)
+    config = Config(
+        data_dir=workdir / "data",
+        governance_jwks=(jwks,),
+        log_level="error",
+        min_capability_match=FLOOR,
+    )
     return build_service(config, embedder=embedder).service
 
 
@@ -132,7 +139,11 @@ def metrics(rankings: Iterable[Sequence[str]], golds: Iterable[Sequence[str]]) -
         ideal = sum(1 / math.log2(i + 2) for i in range(min(len(g), K)))
         ndcg += dcg / ideal
         n += 1
-    return {"recall@1": round(r1 / n, 4), "recall@5": round(r5 / n, 4), "ndcg@10": round(ndcg / n, 4)}
+    return {
+        "recall@1": round(r1 / n, 4),
+        "recall@5": round(r5 / n, 4),
+        "ndcg@10": round(ndcg / n, 4),
+    }
 
 
 # -- the real server ---------------------------------------------------------------
@@ -140,10 +151,25 @@ def metrics(rankings: Iterable[Sequence[str]], golds: Iterable[Sequence[str]]) -
 
 def start_server(data_dir: Path, jwks: Path) -> tuple[subprocess.Popen[str], str]:
     ans = Path(sys.executable).with_name("ans")
-    cmd = [str(ans), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir),
-           "--governance-jwks", str(jwks), "--log-level", "warning"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    cmd = [
+        str(ans),
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        str(data_dir),
+        "--governance-jwks",
+        str(jwks),
+        "--log-level",
+        "warning",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     lines: queue.Queue[str] = queue.Queue()
 
     def pump() -> None:
@@ -167,8 +193,11 @@ def start_server(data_dir: Path, jwks: Path) -> tuple[subprocess.Popen[str], str
 
 
 def http_check(
-    workdir: Path, gov: SigningKey, docs: list[tuple[str, dict[str, Any], dict[str, Any]]],
-    queries: list[str], service: AnsService,
+    workdir: Path,
+    gov: SigningKey,
+    docs: list[tuple[str, dict[str, Any], dict[str, Any]]],
+    queries: list[str],
+    service: AnsService,
 ) -> dict[str, Any]:
     """ACTIVATE every agent and send ``queries`` to a real server over HTTP/2;
     compare each signed answer with the in-process one."""
@@ -176,24 +205,29 @@ def http_check(
     agree = verified = 0
     mismatches: list[str] = []
     try:
-        with AgtpClient(url, agent_id=GOV.agent_id, principal_id="eval",
-                        scope="discovery:register") as gclient:
+        with AgtpClient(
+            url, agent_id=GOV.agent_id, principal_id="eval", scope="discovery:register"
+        ) as gclient:
             for i, (_, manifest, caps) in enumerate(docs):
-                params = {"manifest": sign_document(manifest, gov, "signature"),
-                          "capabilities": caps}
+                params = {
+                    "manifest": sign_document(manifest, gov, "signature"),
+                    "capabilities": caps,
+                }
                 resp = gclient.call("ACTIVATE", params, task_id=f"act-{i}")
                 if resp.status != 200:
                     sys.exit(f"metatool_eval: ACTIVATE over HTTP failed: {resp.body}")
-        with AgtpClient(url, agent_id=ASKER.agent_id, principal_id="eval",
-                        scope="discovery:query") as client:
+        with AgtpClient(
+            url, agent_id=ASKER.agent_id, principal_id="eval", scope="discovery:query"
+        ) as client:
             jwks = client.jwks()
             for i, q in enumerate(queries):
                 params = {"intent": q, "limit": K}
                 resp = client.discover(params, task_id=f"q-{i}")
                 verify_discover_result(resp.result, jwks, params)
                 verified += 1
-                wire = [(r["canonical_id"], r["capability_match_score"])
-                        for r in resp.result["results"]]
+                wire = [
+                    (r["canonical_id"], r["capability_match_score"]) for r in resp.result["results"]
+                ]
                 if wire == discover(service, q):
                     agree += 1
                 else:
@@ -201,16 +235,24 @@ def http_check(
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    return {"queries": len(queries), "signatures_verified": verified, "agree": agree,
-            "mismatches": mismatches[:5]}
+    return {
+        "queries": len(queries),
+        "signatures_verified": verified,
+        "agree": agree,
+        "mismatches": mismatches[:5],
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, help="folder with split.json and plugin_des.json")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "metatool.json")
-    ap.add_argument("--http-sample", type=int, default=200,
-                    help="how many evaluation queries also go through a real server (0: none)")
+    ap.add_argument(
+        "--http-sample",
+        type=int,
+        default=200,
+        help="how many evaluation queries also go through a real server (0: none)",
+    )
     args = ap.parse_args(argv)
 
     folder = find_split(args.data)
@@ -258,18 +300,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     report["c_multi_tool"] = report["c_multi_tool_examples"]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    for name in ("a_descriptions_only", "b_with_examples", "c_multi_tool",
-                 "c_multi_tool_descriptions"):
+    for name in (
+        "a_descriptions_only",
+        "b_with_examples",
+        "c_multi_tool",
+        "c_multi_tool_descriptions",
+    ):
         m = report[name]
-        print(f"{name:28s} R@1 {m['recall@1']:.3f}  R@5 {m['recall@5']:.3f}  "
-              f"nDCG@10 {m['ndcg@10']:.3f}")
+        print(
+            f"{name:28s} R@1 {m['recall@1']:.3f}  R@5 {m['recall@5']:.3f}  "
+            f"nDCG@10 {m['ndcg@10']:.3f}"
+        )
     if "http_check" in report:
         h = report["http_check"]
-        print(f"http check: {h['agree']}/{h['queries']} answers agree, "
-              f"{h['signatures_verified']} signatures verified")
+        print(
+            f"http check: {h['agree']}/{h['queries']} answers agree, "
+            f"{h['signatures_verified']} signatures verified"
+        )
     print(f"written to {args.out}")
-    ok = "http_check" not in report or report["http_check"]["agree"] == report["http_check"][
-        "queries"]
+    ok = (
+        "http_check" not in report
+        or report["http_check"]["agree"] == report["http_check"]["queries"]
+    )
     return 0 if ok else 1
 
 
