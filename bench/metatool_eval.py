@@ -23,11 +23,8 @@ import json
 import math
 import os
 import platform
-import queue
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -49,6 +46,7 @@ from ans.protocol.scope import parse_authority_scope  # noqa: E402
 from ans.client import AgtpClient, verify_discover_result  # noqa: E402
 from ans.config import Config  # noqa: E402
 from ans.demo import demo_manifest  # noqa: E402
+from ans.launcher import start_server, stop_server  # noqa: E402
 from ans.matcher import WEIGHTS  # noqa: E402
 from ans.server import build_service, configure_logging  # noqa: E402
 from ans.service import AnsService  # noqa: E402
@@ -149,49 +147,6 @@ def metrics(rankings: Iterable[Sequence[str]], golds: Iterable[Sequence[str]]) -
 # -- the real server ---------------------------------------------------------------
 
 
-def start_server(data_dir: Path, jwks: Path) -> tuple[subprocess.Popen[str], str]:
-    ans = Path(sys.executable).with_name("ans")
-    cmd = [
-        str(ans),
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        str(data_dir),
-        "--governance-jwks",
-        str(jwks),
-        "--log-level",
-        "warning",
-    ]
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    lines: queue.Queue[str] = queue.Queue()
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.put(line)
-
-    threading.Thread(target=pump, daemon=True).start()
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            line = lines.get(timeout=0.5)
-        except queue.Empty:
-            if proc.poll() is not None:
-                break
-            continue
-        if line.startswith("ANS listening on "):
-            return proc, line.split()[-1]
-    proc.kill()
-    sys.exit("metatool_eval: the server did not start")
-
-
 def http_check(
     workdir: Path,
     gov: SigningKey,
@@ -201,7 +156,14 @@ def http_check(
 ) -> dict[str, Any]:
     """ACTIVATE every agent and send ``queries`` to a real server over HTTP/2;
     compare each signed answer with the in-process one."""
-    proc, url = start_server(workdir / "http-data", workdir / "gov.jwks.json")
+    server = start_server(
+        workdir / "http-data",
+        "--governance-jwks",
+        str(workdir / "gov.jwks.json"),
+        "--log-level",
+        "warning",
+    )
+    url = server.url
     agree = verified = 0
     mismatches: list[str] = []
     try:
@@ -233,8 +195,7 @@ def http_check(
                 else:
                     mismatches.append(q)
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        stop_server(server)
     return {
         "queries": len(queries),
         "signatures_verified": verified,

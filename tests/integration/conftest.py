@@ -2,72 +2,16 @@
 
 from __future__ import annotations
 
-import os
-import queue
-import subprocess
-import sys
-import threading
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from ans.governance.keys import SigningKey
 
-START_TIMEOUT = 90.0
+from ans.launcher import RunningServer, start_server, stop_server
 
-
-@dataclass
-class RunningServer:
-    url: str
-    data_dir: Path
-    proc: subprocess.Popen[str]
-    output: list[str]
-
-
-def start_server(data_dir: Path, *extra: str) -> RunningServer:
-    ans = Path(sys.executable).with_name("ans")
-    cmd = [str(ans), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir), *extra]
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    lines: queue.Queue[str] = queue.Queue()
-    output: list[str] = []
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            output.append(line)
-            lines.put(line)
-
-    threading.Thread(target=pump, daemon=True).start()
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        try:
-            line = lines.get(timeout=0.5)
-        except queue.Empty:
-            if proc.poll() is not None:
-                break
-            continue
-        if line.startswith("ANS listening on "):
-            return RunningServer(line.split()[-1], data_dir, proc, output)
-    proc.kill()
-    raise RuntimeError("ANS did not start:\n" + "".join(output[-40:]))
-
-
-def stop_server(server: RunningServer) -> None:
-    server.proc.terminate()
-    try:
-        server.proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        server.proc.kill()
-        server.proc.wait(timeout=5)
+__all__ = ["RunningServer", "start_server", "stop_server"]
 
 
 @pytest.fixture(scope="session")
