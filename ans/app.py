@@ -89,7 +89,7 @@ class AnsApp:
         svc = self.service
         if method == "DISCOVER":
             req = parse_discover(headers, body, svc.limits)
-            result = svc.discover(req)
+            result = await svc.discover_async(req)
             return 200, {"status": 200, "task_id": req.task_id, "result": result}
         if method == "DESCRIBE":
             dreq = parse_describe(headers, body, svc.limits)
@@ -167,6 +167,8 @@ class AnsApp:
             if message["type"] == "lifespan.startup":
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                if self.service.federator is not None:
+                    await self.service.federator.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 

@@ -51,6 +51,13 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="register the demo catalog (signed by a generated demo governance key)",
     )
+    s.add_argument(
+        "--peer",
+        action="append",
+        metavar="TIER@URL",
+        help="federate with a peer ANS granted TIER (1-3); its key comes from "
+        "URL/.well-known/jwks.json (repeatable, e.g. --peer 2@http://127.0.0.1:4481)",
+    )
     s.add_argument("--log-format", choices=["console", "json"])
     s.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
 
@@ -117,9 +124,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from ans.federation.peers import PeerConfigError, parse_peer_flag
+
     from . import config as config_mod
     from .server import build_service, configure_logging, serve_forever
 
+    try:
+        peers = tuple(parse_peer_flag(p) for p in args.peer or ())
+    except PeerConfigError as exc:
+        raise ConfigError(str(exc)) from None
     cfg = config_mod.load(
         args.config,
         listen=args.listen,
@@ -128,6 +141,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         demo=args.demo,
         log_format=args.log_format,
         log_level=args.log_level,
+        peers=peers or None,
     )
     configure_logging(cfg.log_level, cfg.log_format)
     built = build_service(cfg)

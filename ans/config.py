@@ -12,6 +12,14 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from ans.federation.peers import (
+    FederationSettings,
+    Peer,
+    PeerConfigError,
+    check_peers,
+    federation_from_table,
+)
+
 
 class ConfigError(ValueError):
     """The configuration is unusable; the CLI prints it and exits 2."""
@@ -52,6 +60,9 @@ class Config:
     min_capability_match: float = 0.05
     max_body_bytes: int = 256 * 1024
     ranking: RankingWeights = field(default_factory=RankingWeights)
+    # [federation] and [[federation.peers]]; --peer TIER@URL adds peers
+    federation: FederationSettings = field(default_factory=FederationSettings)
+    peers: tuple[Peer, ...] = ()
     # [logging]
     log_level: str = "info"
     log_format: str = "console"
@@ -130,6 +141,14 @@ def load(path: Path | None, **overrides: Any) -> Config:
             raise ConfigError(f"cannot read config {path}: {exc}") from None
         base = path.parent
         for section, body in doc.items():
+            if section == "federation":
+                if not isinstance(body, dict):
+                    raise ConfigError("[federation] must be a table")
+                try:
+                    values["federation"], values["peers"] = federation_from_table(body, base)
+                except PeerConfigError as exc:
+                    raise ConfigError(str(exc)) from None
+                continue
             if section == "ranking":
                 try:
                     values["ranking"] = RankingWeights(**body)
@@ -151,6 +170,11 @@ def load(path: Path | None, **overrides: Any) -> Config:
             continue
         if key == "governance_jwks":
             value = tuple(values.get("governance_jwks", ())) + tuple(value)
+        if key == "peers":
+            try:
+                value = check_peers(tuple(values.get("peers", ())) + tuple(value))
+            except PeerConfigError as exc:
+                raise ConfigError(str(exc)) from None
         values[key] = value
     defaults = Config()
     for key, value in values.items():
@@ -165,6 +189,8 @@ def load(path: Path | None, **overrides: Any) -> Config:
 def _check_type(key: str, value: Any, default: Any) -> None:
     if key in ("tls_certfile", "tls_keyfile"):
         ok = isinstance(value, Path)
+    elif key == "peers":
+        ok = isinstance(value, tuple) and all(isinstance(v, Peer) for v in value)
     elif isinstance(default, bool):
         ok = isinstance(value, bool)
     elif isinstance(default, float):

@@ -22,8 +22,11 @@ import structlog
 from hypercorn.asyncio import serve
 from hypercorn.config import Config as HypercornConfig
 
+from ans.federation.federator import Federator
+from ans.federation.transport import HttpxTransport
 from ans.governance.audit import AuditLog
 from ans.governance.keys import SigningKey, TrustedKeys
+from ans.governance.policy import ZonePolicy
 
 from .app import AnsApp
 from .config import Config
@@ -85,14 +88,29 @@ def build_service(
     import faiss
 
     faiss.omp_set_num_threads(1)  # one request = one core; the event loop is the parallelism
+    audit = AuditLog(data / "audit.jsonl", clock, fsync=config.audit_fsync)
+    zones_policy = ZonePolicy.of(config.restricted_zones)
+    federator = None
+    if config.peers:
+        federator = Federator(
+            self_id=signing_key.kid,
+            peers=config.peers,
+            settings=config.federation,
+            transport=HttpxTransport(config.federation.max_response_bytes),
+            audit=audit,
+            zones=zones_policy,
+            min_capability_match=config.min_capability_match,
+            clock=clock,
+        )
     service = AnsService(
         config=config,
         store=SQLiteStore(data / "registry.sqlite3"),
         matcher=CapabilityIndex(embedder or WordLlamaEmbedder()),
         signing_key=signing_key,
         governance_keys=trusted,
-        audit=AuditLog(data / "audit.jsonl", clock, fsync=config.audit_fsync),
+        audit=audit,
         clock=clock,
+        federator=federator,
     )
     n = service.load()
     if len(trusted) == 0:
@@ -106,6 +124,7 @@ def build_service(
         data_dir=str(data),
         signing_kid=signing_key.kid,
         trusted_governance_keys=trusted.kids(),
+        federation_peers=[f"{p.tier}@{p.url}" for p in config.peers],
     )
     return Built(service, demo_key)
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import structlog
 
+from ans.federation.federator import Federator, Gathered, Ranked, merge, result_path
 from ans.governance.audit import AuditLog, rfc3339
 from ans.governance.keys import SigningKey
 from ans.governance.manifest import validate_capabilities, verify_manifest
@@ -51,6 +52,12 @@ RESULT_SIGNATURE_FIELD = "ans_signature"
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class _LocalAnswer:
+    ranked: list[tuple[float, float, AgentEntry]]
+    matched: Any  # QueryScores, or None without an intent
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +114,7 @@ class AnsService:
         audit: AuditLog,
         clock: Clock = utc_now,
         new_id: Callable[[], str] = lambda: uuid.uuid4().hex[:16],
+        federator: Federator | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -116,6 +124,7 @@ class AnsService:
         self.audit = audit
         self.clock = clock
         self.new_id = new_id
+        self.federator = federator
         self.limits = Limits(
             max_body_bytes=config.max_body_bytes,
             default_limit=config.default_limit,
@@ -144,6 +153,22 @@ class AnsService:
 
     # -- DISCOVER ---------------------------------------------------------------------
     def discover(self, req: DiscoverRequest) -> dict[str, Any]:
+        """A local-only answer (no federation), signed."""
+        return self._finish(req, self._local(req), None)
+
+    async def discover_async(self, req: DiscoverRequest) -> dict[str, Any]:
+        """Local answer first; when fewer than ``limit`` pass and federation is
+        configured, ask trusted peers, then merge, re-rank and re-sign."""
+        local = self._local(req)
+        if self.federator is None:
+            return self._finish(req, local, None)
+        plan = self.federator.plan(req, len(local.ranked))
+        if not plan.peers:
+            return self._finish(req, local, None)
+        gathered = await self.federator.gather(req, plan)
+        return self._finish(req, local, gathered)
+
+    def _local(self, req: DiscoverRequest) -> _LocalAnswer:
         require_scope(
             req.identity, DISCOVERY_QUERY, method="DISCOVER", task_id=req.task_id, audit=self.audit
         )
@@ -177,27 +202,63 @@ class AnsService:
                 score = rank_score(weights, entry.trust_tier, entry.behavioral_trust_score, cms)
                 ranked.append((score, cms, entry))
         ranked.sort(key=lambda t: sort_key(t[0], t[2].canonical_id))
+        return _LocalAnswer(ranked, matched)
+
+    def _local_item(
+        self, req: DiscoverRequest, score: float, cms: float, entry: AgentEntry, matched: Any
+    ) -> dict[str, Any]:
+        p = req.params
+        item = {**entry.fields, "capability_match_score": cms, "rank_score": score}
+        if p.scope_negotiate:
+            item["required_scope"] = entry.required_scope
+        if p.include_evidence:
+            item.update(
+                matched.evidence(entry.canonical_id)
+                if matched is not None
+                else {"score_components": {}, "matched_tags": [], "matched_examples": []}
+            )
+        return item
+
+    def _finish(
+        self, req: DiscoverRequest, local: _LocalAnswer, gathered: Gathered | None
+    ) -> dict[str, Any]:
+        p = req.params
+        weights = self.config.ranking
+        top = [
+            Ranked(
+                score, entry.canonical_id, self._local_item(req, score, cms, entry, local.matched)
+            )
+            for score, cms, entry in local.ranked[: p.limit]
+        ]
+        total = len(local.ranked)
+        chosen = top
+        if gathered is not None:
+            # Only the local top `limit` can survive the cut, so only they are built.
+            merged = merge(
+                top,
+                self._registry.__contains__,  # any locally indexed agent wins
+                gathered.candidates,
+                lambda tier, behavioral, cms: rank_score(weights, tier, behavioral, cms),
+            )
+            total += len(merged) - len(top)
+            chosen = merged[: p.limit]
         results = []
-        for i, (score, cms, entry) in enumerate(ranked[: p.limit], start=1):
-            item = {"rank": i, **entry.fields, "capability_match_score": cms, "rank_score": score}
-            if p.scope_negotiate:
-                item["required_scope"] = entry.required_scope
-            if p.include_evidence:
-                item.update(
-                    matched.evidence(entry.canonical_id)
-                    if matched is not None
-                    else {"score_components": {}, "matched_tags": [], "matched_examples": []}
-                )
+        for i, r in enumerate(chosen, start=1):
+            item = {"rank": i, **r.item}
+            item["rank_score"] = r.rank_score
             results.append(item)
         result: dict[str, Any] = {
             "query_id": f"qry-{self.new_id()}",
-            "total_matches": len(ranked),
+            "total_matches": total,
             "returned": len(results),
             "results": results,
             "generated_at": rfc3339(self.clock()),
             "query_digest": req.query_digest,
             "ranking": weights.name,
         }
+        if gathered is not None:
+            result["federation_path"] = result_path(self.key.kid, chosen)
+            result["warnings"] = gathered.warnings
         result[RESULT_SIGNATURE_FIELD] = signature_object(canonicalize(result), self.key)
         return result
 

@@ -193,6 +193,8 @@ INVALID_HEADER_CODES = {
     "task-id": "invalid_task_id",
     "agtp-method": "invalid_agtp_method",
     "agtp-zone-id": "invalid_agtp_zone_id",
+    "agtp-federation-path": "invalid_federation_path",
+    "agtp-federation-budget-ms": "invalid_federation_budget",
 }
 
 DISCOVER_PARAMETERS = (

@@ -42,6 +42,13 @@ CAPABILITY_DOMAINS = frozenset(
     {"methods", "modalities", "tools", "version", "budget", "zones", "tags", "examples"}
 )
 
+FEDERATION_PATH_HEADER = "agtp-federation-path"
+FEDERATION_BUDGET_HEADER = "agtp-federation-budget-ms"
+MAX_FEDERATION_PATH = 16
+MAX_FEDERATION_BUDGET_MS = 600_000
+# An ANS is named on a federation path by its signing key id (RFC 7638 thumbprint).
+ANS_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
+
 MAX_ID_LEN = 512
 MAX_TASK_ID_LEN = 256
 MAX_INTENT_LEN = 2000
@@ -71,6 +78,8 @@ class Identity:
     principal_id: str
     scope: AuthorityScope
     session_id: str | None = None
+    # The Authority-Scope header exactly as received (federation forwards it unchanged).
+    scope_header: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +102,10 @@ class DiscoverRequest:
     params: DiscoverParams
     query_digest: str
     raw_parameters: Mapping[str, Any] = field(compare=False, repr=False)
+    # Federation (discovery draft 5): the ANS servers already on the path, in
+    # order, and the time the forwarding ANS gives us to answer.
+    federation_path: tuple[str, ...] = ()
+    federation_budget_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +178,7 @@ def parse_identity(headers: Mapping[str, str]) -> Identity:
         principal_id=values["principal-id"],
         scope=parse_authority_scope(values["authority-scope"]),
         session_id=_header_text(headers, "session-id"),
+        scope_header=values["authority-scope"],
     )
 
 
@@ -314,9 +328,38 @@ def query_digest(parameters: Mapping[str, Any]) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def parse_federation_headers(headers: Mapping[str, str]) -> tuple[tuple[str, ...], int | None]:
+    """``AGTP-Federation-Path: id1, id2`` (ANS ids, origin first) and
+    ``AGTP-Federation-Budget-Ms: N``; both optional, both bounded."""
+    path: tuple[str, ...] = ()
+    raw = headers.get(FEDERATION_PATH_HEADER)
+    if raw is not None and raw.strip():
+        items = [p.strip() for p in raw.split(",")]
+        if len(items) > MAX_FEDERATION_PATH or not all(ANS_ID_RE.fullmatch(p) for p in items):
+            raise InvalidHeader(
+                f"AGTP-Federation-Path must list at most {MAX_FEDERATION_PATH} ANS ids "
+                "(base64url key ids) separated by commas",
+                code="invalid_federation_path",
+            )
+        path = tuple(items)
+    budget = None
+    raw = headers.get(FEDERATION_BUDGET_HEADER)
+    if raw is not None:
+        text = raw.strip()
+        if not text.isdigit() or not 1 <= int(text) <= MAX_FEDERATION_BUDGET_MS:
+            raise InvalidHeader(
+                "AGTP-Federation-Budget-Ms must be an integer from 1 to "
+                f"{MAX_FEDERATION_BUDGET_MS}",
+                code="invalid_federation_budget",
+            )
+        budget = int(text)
+    return path, budget
+
+
 def parse_discover(headers: Mapping[str, str], body: bytes, limits: Limits) -> DiscoverRequest:
     check_envelope_headers(headers)
     identity = parse_identity(headers)
+    path, budget = parse_federation_headers(headers)
     env = parse_envelope("DISCOVER", headers, body, limits)
     params = parse_discover_params(env.parameters, limits)
     return DiscoverRequest(
@@ -325,6 +368,8 @@ def parse_discover(headers: Mapping[str, str], body: bytes, limits: Limits) -> D
         params=params,
         query_digest=query_digest(env.parameters),
         raw_parameters=env.parameters,
+        federation_path=path,
+        federation_budget_ms=budget,
     )
 
 

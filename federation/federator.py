@@ -1,0 +1,355 @@
+"""Forwarding a DISCOVER to trusted peers and bringing back verified candidates.
+
+:meth:`Federator.plan` decides whether and to whom to forward (fewer than
+``limit`` local results, hop budget left, not already on the path, peer
+tier and zones eligible). :meth:`Federator.gather` asks every eligible peer
+concurrently — per-peer timeout, one overall deadline — and returns the
+verified candidates plus one warning per peer that failed or misbehaved.
+Every forward and every drop is an audit record. :func:`merge` de-duplicates
+(local wins), re-ranks with the caller's formula and cuts to ``limit``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import orjson
+import structlog
+from ans.governance.audit import AuditLog
+from ans.governance.policy import ZonePolicy, max_tier
+from ans.protocol.messages import (
+    AGTP_VERSION,
+    CONTENT_TYPE,
+    FEDERATION_BUDGET_HEADER,
+    FEDERATION_PATH_HEADER,
+    DiscoverRequest,
+)
+
+from .keys import PeerKeyCache, PeerKeyUnavailable
+from .peers import FederationSettings, Peer
+from .transport import PeerError, PeerTransport
+from .verify import (
+    Candidate,
+    Expectation,
+    PeerKeyMismatch,
+    VerifiedAnswer,
+    parse_reply,
+    verify_result,
+)
+
+log = structlog.get_logger("ans.federation")
+Clock = Callable[[], datetime]
+Monotonic = Callable[[], float]
+# Drops that reflect our own policy, not peer misbehaviour: audited, never
+# surfaced as warnings (a warning about a restricted agent would leak it).
+SILENT_DROPS = frozenset({"restricted_zone", "below_capability_floor"})
+# Below this much time there is no point forwarding.
+MIN_BUDGET = 0.05
+
+WARNING_CODES = frozenset(
+    {
+        "peer_timeout",
+        "peer_unreachable",
+        "peer_error",
+        "peer_bad_response",
+        "peer_key_unavailable",
+        "peer_signature_invalid",
+        "peer_digest_mismatch",
+        "peer_result_stale",
+        "peer_over_limit",
+        "peer_entry_invalid",
+        "peer_threshold_violation",
+        "peer_zone_not_accepted",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    peers: tuple[tuple[int, Peer], ...]
+    deadline: float
+    path: tuple[str, ...]  # the path we send: the incoming one plus us
+    reason: str = ""
+
+
+@dataclass
+class Gathered:
+    candidates: list[Candidate] = field(default_factory=list)
+    warnings: list[dict[str, str]] = field(default_factory=list)
+    peers_asked: int = 0
+
+
+class Federator:
+    def __init__(
+        self,
+        self_id: str,
+        peers: Iterable[Peer],
+        settings: FederationSettings,
+        transport: PeerTransport,
+        audit: AuditLog,
+        zones: ZonePolicy,
+        min_capability_match: float,
+        clock: Clock,
+        monotonic: Monotonic = time.monotonic,
+    ) -> None:
+        self.self_id = self_id
+        self.peers = tuple(peers)
+        self.settings = settings
+        self.transport = transport
+        self.audit = audit
+        self.zones = zones
+        self.min_capability_match = min_capability_match
+        self.clock = clock
+        self.keys = PeerKeyCache(transport, settings, monotonic)
+
+    async def aclose(self) -> None:
+        await self.transport.aclose()
+
+    # -- when and where --------------------------------------------------------------
+    def plan(self, req: DiscoverRequest, local_matches: int) -> Plan:
+        s = self.settings
+        incoming = req.federation_path
+        if not self.peers or local_matches >= req.params.limit:
+            return Plan((), 0.0, incoming, "enough local results" if self.peers else "no peers")
+        if self.self_id in incoming:
+            log.info("federation loop: answering locally", path=list(incoming))
+            return Plan((), 0.0, incoming, "already on the federation path")
+        if len(incoming) + 1 > s.max_hops:
+            return Plan((), 0.0, incoming, f"hop limit {s.max_hops} reached")
+        deadline = s.deadline
+        if req.federation_budget_ms is not None:
+            # Leave the forwarding ANS time to merge: answer in 80% of its budget.
+            deadline = min(deadline, req.federation_budget_ms / 1000.0 * 0.8 - 0.02)
+        if deadline < MIN_BUDGET:
+            return Plan((), 0.0, incoming, "no time budget left")
+        on_path = set(incoming)
+        tier_cap = max_tier(req.params)
+        eligible = tuple(
+            (i, p)
+            for i, p in enumerate(self.peers)
+            if p.tier <= tier_cap  # its results could never pass the caller's tier floor
+            and p.accepts_zone(req.params.governance_zone)
+            and not on_path.intersection(self.keys.cached_kids(p))
+        )
+        if not eligible:
+            return Plan((), 0.0, incoming, "no eligible peer")
+        return Plan(eligible, deadline, (*incoming, self.self_id))
+
+    # -- asking ------------------------------------------------------------------------
+    async def gather(self, req: DiscoverRequest, plan: Plan) -> Gathered:
+        out = Gathered(peers_asked=len(plan.peers))
+        if not plan.peers:
+            return out
+        body = orjson.dumps(
+            {"method": "DISCOVER", "task_id": req.task_id, "parameters": req.raw_parameters}
+            if req.task_id is not None
+            else {"method": "DISCOVER", "parameters": req.raw_parameters}
+        )
+        expect = Expectation(
+            params=req.params,
+            identity=req.identity,
+            digest=req.query_digest,
+            zones=self.zones,
+            min_capability_match=self.min_capability_match,
+            now=self.clock(),
+            max_clock_skew=self.settings.max_clock_skew,
+        )
+        tasks = {
+            asyncio.ensure_future(self._ask(i, peer, req, plan, body, expect)): peer
+            for i, peer in plan.peers
+        }
+        done, pending = await asyncio.wait(tasks, timeout=plan.deadline)
+        for task in pending:
+            task.cancel()
+        for task in pending:
+            peer = tasks[task]
+            self._fail(
+                out,
+                req,
+                peer,
+                PeerError(
+                    f"no answer within the federation deadline of {plan.deadline:.3f}s",
+                    "peer_timeout",
+                ),
+                0.0,
+            )
+        for task in done:
+            peer = tasks[task]
+            exc = task.exception()
+            if exc is not None:
+                if isinstance(exc, PeerError):
+                    self._fail(out, req, peer, exc, 0.0)
+                else:  # a bug must not fail the caller's request
+                    log.error("federation task failed", peer=peer.name, error=repr(exc))
+                    self._fail(out, req, peer, PeerError("internal error", "peer_error"), 0.0)
+                continue
+            answer, elapsed = task.result()
+            self._accept(out, req, answer, elapsed)
+        out.candidates.sort(key=lambda c: (c.peer_index, c.canonical_id))
+        out.warnings.sort(key=lambda w: (w["peer"], w["code"]))
+        return out
+
+    async def _ask(
+        self,
+        index: int,
+        peer: Peer,
+        req: DiscoverRequest,
+        plan: Plan,
+        body: bytes,
+        expect: Expectation,
+    ) -> tuple[VerifiedAnswer, float]:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        timeout = min(peer.timeout or self.settings.peer_timeout, plan.deadline)
+        try:
+            return await asyncio.wait_for(
+                self._ask_once(index, peer, req, plan, body, expect, started + timeout),
+                timeout,
+            ), (loop.time() - started) * 1000.0
+        except TimeoutError:
+            raise PeerError(f"no answer within {timeout:.3f}s", "peer_timeout") from None
+
+    async def _ask_once(
+        self,
+        index: int,
+        peer: Peer,
+        req: DiscoverRequest,
+        plan: Plan,
+        body: bytes,
+        expect: Expectation,
+        deadline: float,
+    ) -> VerifiedAnswer:
+        loop = asyncio.get_running_loop()
+        keys = await self.keys.get(peer, max(deadline - loop.time(), 0.001))
+        if plan.path and set(plan.path[:-1]).intersection(keys.kids()):
+            raise PeerError("peer is already on the federation path", "peer_on_path")
+        remaining = deadline - loop.time()
+        headers = {
+            "agtp-version": AGTP_VERSION,
+            "content-type": CONTENT_TYPE,
+            "agent-id": req.identity.agent_id,
+            "principal-id": req.identity.principal_id,
+            "authority-scope": req.identity.scope_header or str(req.identity.scope),
+            FEDERATION_PATH_HEADER: ", ".join(plan.path),
+            FEDERATION_BUDGET_HEADER: str(max(1, int(remaining * 1000))),
+        }
+        if req.task_id is not None:
+            headers["task-id"] = req.task_id
+        reply = await self.transport.send(
+            peer, "DISCOVER", peer.url + "/", headers, body, remaining
+        )
+        result = parse_reply(reply, self.settings.max_response_bytes)
+        try:
+            return verify_result(peer, index, result, keys, expect)
+        except PeerKeyMismatch:
+            # The peer may have rotated its key: refetch once and verify again.
+            fresh = await self.keys.get(peer, max(deadline - loop.time(), 0.001), refresh=True)
+            return verify_result(peer, index, result, fresh, expect)
+
+    # -- outcomes ------------------------------------------------------------------------
+    def _fail(
+        self, out: Gathered, req: DiscoverRequest, peer: Peer, exc: PeerError, elapsed: float
+    ) -> None:
+        if exc.code == "peer_on_path":  # a loop we avoided, not a failure
+            log.info("federation: peer already on the path, not asked", peer=peer.name)
+            return
+        code = exc.code if exc.code in WARNING_CODES else "peer_error"
+        if isinstance(exc, PeerKeyUnavailable):
+            code = "peer_key_unavailable"
+        message = f"peer {peer.name}: {exc.message}"[:300]
+        out.warnings.append({"code": code, "peer": peer.url, "message": message})
+        log.warning("federation peer dropped", peer=peer.name, code=code, reason=exc.message)
+        self._audit(req, "federation_forward", peer, outcome=code, received=0, accepted=0)
+        self._audit(req, "federation_drop", peer, code=code, count=1, reason=exc.message[:300])
+
+    def _accept(
+        self, out: Gathered, req: DiscoverRequest, answer: VerifiedAnswer, elapsed: float
+    ) -> None:
+        peer = answer.peer
+        out.candidates.extend(answer.candidates)
+        self._audit(
+            req,
+            "federation_forward",
+            peer,
+            outcome="ok",
+            peer_ans_id=answer.ans_id,
+            peer_path=list(answer.path),
+            received=answer.received,
+            accepted=len(answer.candidates),
+            elapsed_ms=round(elapsed, 3),
+        )
+        for code, count in sorted(answer.drops.items()):
+            detail = answer.drop_examples.get(code, "")
+            self._audit(req, "federation_drop", peer, code=code, count=count, reason=detail[:300])
+            if code in SILENT_DROPS:
+                continue
+            message = f"peer {peer.name}: {count} result(s) dropped ({code}), e.g. {detail}"
+            out.warnings.append({"code": code, "peer": peer.url, "message": message[:300]})
+            log.warning("federation results dropped", peer=peer.name, code=code, count=count)
+
+    def _audit(self, req: DiscoverRequest, event: str, peer: Peer, **fields: Any) -> None:
+        self.audit.record(
+            event,
+            method="DISCOVER",
+            agent_id=req.identity.agent_id,
+            principal_id=req.identity.principal_id,
+            task_id=req.task_id,
+            query_digest=req.query_digest,
+            peer=peer.url,
+            granted_trust_tier=peer.tier,
+            **fields,
+        )
+
+
+# -- merge --------------------------------------------------------------------------------
+
+
+Score = Callable[[int, float, float], float]
+
+
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """A merged result before numbering: local (route ()) or federated."""
+
+    rank_score: float
+    canonical_id: str
+    item: Mapping[str, Any]
+    route: tuple[str, ...] = ()
+
+
+def merge(
+    local: list[Ranked],
+    known_local: Callable[[str], bool],
+    candidates: Iterable[Candidate],
+    score: Score,
+) -> list[Ranked]:
+    """Local results plus federated candidates: one entry per canonical_id
+    (a locally indexed agent always wins), re-scored with our formula,
+    sorted by (rank_score desc, canonical_id). The caller cuts to ``limit``."""
+    best: dict[str, tuple[tuple[float, int, int], Ranked]] = {}
+    for c in candidates:
+        if known_local(c.canonical_id):
+            continue
+        s = score(c.trust_tier, c.behavioral_trust_score, c.capability_match_score)
+        key = (-s, c.trust_tier, c.peer_index)
+        held = best.get(c.canonical_id)
+        if held is None or key < held[0]:
+            best[c.canonical_id] = (key, Ranked(s, c.canonical_id, c.item, c.route))
+    merged = [*local, *(r for _, r in best.values())]
+    merged.sort(key=lambda r: (-r.rank_score, r.canonical_id))
+    return merged
+
+
+def result_path(self_id: str, returned: Iterable[Ranked]) -> list[str]:
+    """This ANS first, then every ANS a returned entry travelled through."""
+    path = [self_id]
+    for r in returned:
+        for ans_id in r.route:
+            if ans_id not in path:
+                path.append(ans_id)
+    return path
