@@ -44,6 +44,8 @@ def configure_logging(level: str = "info", fmt: str = "console") -> None:
     lvl = getattr(logging, level.upper(), logging.INFO)
     logging.basicConfig(level=lvl, stream=sys.stderr, format="%(message)s")
     logging.getLogger("faiss.loader").setLevel(logging.WARNING)
+    for noisy in ("httpx", "httpcore", "hpack", "h2"):  # one line per peer request otherwise
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer()
         if fmt == "json"

@@ -1,0 +1,686 @@
+"""Federation in-process: real AnsService peers (real signatures, real
+matching) behind an in-memory fake of the PeerTransport interface, so each
+failure mode can be provoked exactly: slow, down, tampered, replayed,
+stale, threshold-ignoring, tier-inflating, key-rotating peers; chains,
+loops and hop limits; merge, dedupe, provenance and the audit trail."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from ans.federation.federator import Federator
+from ans.federation.peers import FederationSettings, Peer
+from ans.federation.transport import PeerReply, PeerTimeout, PeerUnreachable
+from ans.governance.audit import AuditLog, verify_chain
+from ans.governance.keys import SigningKey, TrustedKeys
+from ans.governance.policy import ZonePolicy
+from ans.governance.signing import sign_document, signature_object, verify_document
+from ans.protocol.errors import AgtpError, ScopeViolation
+from ans.protocol.jcs import canonicalize
+from ans.protocol.messages import (
+    ActivateRequest,
+    Identity,
+    encode_error,
+    parse_discover,
+    query_digest,
+)
+from ans.protocol.scope import parse_authority_scope
+
+from ans.config import Config
+from ans.matcher import CapabilityIndex
+from ans.ranking import rank_score
+from ans.service import AnsService
+from ans.store import SQLiteStore
+
+NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
+GOV = Identity("agtp://gov.example/agents/p", "gov", parse_authority_scope("discovery:register"))
+INTENT = "audit Solidity smart contracts for reentrancy bugs"
+FAST = FederationSettings(peer_timeout=0.5, deadline=0.8, key_retry=5.0)
+
+
+class FakePeer:
+    """An ANS reachable only through :class:`FakeNetwork`, with knobs to misbehave."""
+
+    def __init__(self, svc: AnsService) -> None:
+        self.svc = svc
+        self.delay = 0.0
+        self.mutate: Callable[[dict[str, Any], FakePeer], dict[str, Any]] | None = None
+        self.relax: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+        self.jwks_status = 200
+        self.discovers: list[dict[str, str]] = []
+        self.jwks_fetches = 0
+
+    async def handle(
+        self, method: str, path: str, headers: dict[str, str], body: bytes
+    ) -> PeerReply:
+        if method == "GET":
+            self.jwks_fetches += 1
+            return PeerReply(self.jwks_status, orjson.dumps(self.svc.jwks()))
+        if method == "DESCRIBE":
+            doc = {"status": 200, "result": self.svc.manifest}
+            return PeerReply(200, orjson.dumps(doc))
+        self.discovers.append(headers)
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        try:
+            req = parse_discover(headers, body, self.svc.limits)
+            if self.relax is not None:  # a peer that ignores what it was asked
+                relaxed = self.relax(dict(req.raw_parameters))
+                payload = orjson.dumps({"method": "DISCOVER", "parameters": relaxed})
+                lying = parse_discover(headers, payload, self.svc.limits)
+                result = await self.svc.discover_async(lying)
+                result["query_digest"] = req.query_digest
+                result = sign_document(result, self.svc.key, "ans_signature")
+            else:
+                result = await self.svc.discover_async(req)
+            if self.mutate is not None:
+                result = self.mutate(result, self)
+        except AgtpError as exc:
+            return PeerReply(exc.status, encode_error(exc.status, None, exc.code, exc.message))
+        return PeerReply(200, orjson.dumps({"status": 200, "task_id": None, "result": result}))
+
+
+@dataclass
+class FakeNetwork:
+    """The PeerTransport interface over in-memory peers keyed by URL."""
+
+    peers: dict[str, FakePeer] = field(default_factory=dict)
+    sent: list[tuple[str, str]] = field(default_factory=list)
+
+    async def send(
+        self,
+        peer: Peer,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        timeout: float,
+    ) -> PeerReply:
+        self.sent.append((peer.url, method))
+        fake = self.peers.get(peer.url)
+        if fake is None:
+            raise PeerUnreachable("connection refused")
+        try:
+            return await asyncio.wait_for(
+                fake.handle(method, url[len(peer.url) :], dict(headers), body), timeout
+            )
+        except TimeoutError:
+            raise PeerTimeout(f"no answer within {timeout:.3f}s") from None
+
+    async def aclose(self) -> None:
+        return None
+
+
+class World:
+    def __init__(self, tmp: Path, embedder: Any, gov_key: SigningKey, make_manifest: Any) -> None:
+        self.tmp = tmp
+        self.embedder = embedder
+        self.gov_key = gov_key
+        self.make_manifest = make_manifest
+        self.net = FakeNetwork()
+        self.services: list[AnsService] = []
+        self.mono = [0.0]
+
+    def ans(
+        self,
+        name: str,
+        agents: dict[str, dict[str, Any]],
+        *,
+        peers: tuple[Peer, ...] = (),
+        settings: FederationSettings = FAST,
+        restricted: tuple[str, ...] = (),
+        clock: Callable[[], datetime] = lambda: NOW,
+    ) -> AnsService:
+        d = self.tmp / name
+        d.mkdir()
+        cfg = Config(data_dir=d, restricted_zones=restricted, peers=peers, federation=settings)
+        key = SigningKey.generate()
+        audit = AuditLog(d / "audit.jsonl", clock)
+        fed = None
+        if peers:
+            fed = Federator(
+                self_id=key.kid,
+                peers=peers,
+                settings=settings,
+                transport=self.net,
+                audit=audit,
+                zones=ZonePolicy.of(restricted),
+                min_capability_match=cfg.min_capability_match,
+                clock=clock,
+                monotonic=lambda: self.mono[0],
+            )
+        svc = AnsService(
+            config=cfg,
+            store=SQLiteStore(d / "registry.sqlite3"),
+            matcher=CapabilityIndex(self.embedder),
+            signing_key=key,
+            governance_keys=TrustedKeys([self.gov_key.public]),
+            audit=audit,
+            clock=clock,
+            new_id=lambda: name,
+            federator=fed,
+        )
+        for label, spec in agents.items():
+            spec = dict(spec)
+            caps = spec.pop("caps", {"supported_methods": ["QUERY"]})
+            manifest = self.make_manifest(label, **spec)
+            svc.activate(ActivateRequest(GOV, f"t-{label}", manifest, caps))
+        self.services.append(svc)
+        return svc
+
+    def serve(self, url: str, svc: AnsService) -> FakePeer:
+        fake = FakePeer(svc)
+        self.net.peers[url] = fake
+        return fake
+
+    def close(self) -> None:
+        for svc in self.services:
+            svc.audit.close()
+            svc.store.close()
+
+
+@pytest.fixture
+def world(
+    tmp_path: Path, embedder: Any, gov_key: SigningKey, make_manifest: Any
+) -> Iterator[World]:
+    w = World(tmp_path, embedder, gov_key, make_manifest)
+    yield w
+    w.close()
+
+
+def solidity(label: str, **kw: Any) -> dict[str, dict[str, Any]]:
+    spec = {
+        "org_domain": f"{label}.example",
+        "job_description": f"{label}: audits Solidity smart contracts for reentrancy bugs.",
+        **kw,
+    }
+    return {label: spec}
+
+
+def ask(
+    svc: AnsService,
+    scope: str = "discovery:query",
+    headers: dict[str, str] | None = None,
+    **params: Any,
+) -> dict[str, Any]:
+    h = {
+        "agent-id": "agtp://o.example/agents/orch",
+        "principal-id": "usr-1",
+        "authority-scope": scope,
+    }
+    h.update(headers or {})
+    params.setdefault("intent", INTENT)
+    body = orjson.dumps({"method": "DISCOVER", "task_id": "t1", "parameters": params})
+    return asyncio.run(svc.discover_async(parse_discover(h, body, svc.limits)))
+
+
+def labels(result: dict[str, Any]) -> list[str]:
+    return [r["agent_label"] for r in result["results"]]
+
+
+def codes(result: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(w["code"], w["peer"]) for w in result.get("warnings", [])]
+
+
+def audit_events(svc: AnsService, event: str) -> list[dict[str, Any]]:
+    lines = svc.audit.path.read_bytes().splitlines()
+    assert verify_chain(lines) is None
+    return [r for r in map(orjson.loads, lines) if r["event"] == event]
+
+
+def assert_signed_by(result: dict[str, Any], svc: AnsService) -> None:
+    assert verify_document(result, TrustedKeys([svc.key.public]), "ans_signature") == svc.key.kid
+
+
+# -- when to forward --------------------------------------------------------------------
+
+
+def test_no_forward_when_local_results_fill_the_limit(world: World) -> None:
+    b = world.ans("b", solidity("remote-auditor"))
+    world.serve("http://b", b)
+    a = world.ans(
+        "a", {**solidity("local-one"), **solidity("local-two")}, peers=(Peer("http://b", 2),)
+    )
+    got = ask(a, limit=2)
+    assert labels(got) and set(labels(got)) == {"local-one", "local-two"}
+    assert "federation_path" not in got and "warnings" not in got
+    assert world.net.sent == []
+    got = ask(a, limit=3)  # now one short: ask the peer
+    assert "remote-auditor" in labels(got)
+    assert world.net.sent == [("http://b", "GET"), ("http://b", "DISCOVER")]
+
+
+def test_forwarded_request_carries_identity_thresholds_and_path(world: World) -> None:
+    b = world.ans("b", solidity("remote-auditor"))
+    fake = world.serve("http://b", b)
+    a = world.ans("a", {}, peers=(Peer("http://b", 2),))
+    got = ask(
+        a,
+        scope="discovery:query documents:read",
+        trust_tier_min=2,
+        behavioral_trust_min=0.8,
+        limit=5,
+    )
+    assert labels(got) == ["remote-auditor"]
+    sent = fake.discovers[0]
+    assert sent["agent-id"] == "agtp://o.example/agents/orch"
+    assert sent["principal-id"] == "usr-1"
+    assert sent["authority-scope"] == "discovery:query documents:read"
+    assert sent["agtp-federation-path"] == a.key.kid
+    assert 0 < int(sent["agtp-federation-budget-ms"]) <= 500
+    # The peer's signed digest matched what the caller sent us (else it was dropped).
+    assert got["query_digest"] == query_digest(
+        {"trust_tier_min": 2, "behavioral_trust_min": 0.8, "limit": 5, "intent": INTENT}
+    )
+    assert got["warnings"] == []
+
+
+def test_merged_result_is_signed_with_path_and_provenance(world: World) -> None:
+    b = world.ans("b", solidity("remote-auditor", trust_tier=1, behavioral_trust_score=0.95))
+    world.serve("http://b", b)
+    a = world.ans(
+        "a", solidity("local-auditor", behavioral_trust_score=0.7), peers=(Peer("http://b", 2),)
+    )
+    got = ask(a, limit=5)
+    assert_signed_by(got, a)
+    assert got["federation_path"] == [a.key.kid, b.key.kid]
+    assert got["warnings"] == []
+    assert got["total_matches"] == 2 and got["returned"] == 2
+    remote = next(r for r in got["results"] if r["agent_label"] == "remote-auditor")
+    local = next(r for r in got["results"] if r["agent_label"] == "local-auditor")
+    assert "provenance" not in local
+    prov = remote["provenance"]
+    assert prov["origin_service"] == b.key.kid
+    assert prov["route"] == [b.key.kid]
+    assert prov["peer"] == {"ans_id": b.key.kid, "url": "http://b", "granted_trust_tier": 2}
+    assert prov["peer_signature"]["key_id"] == b.key.kid
+    assert prov["peer_signature"]["query_id"] == "qry-b"
+    assert prov["origin_signature"] == prov["peer_signature"]
+    assert prov["received_at"] == "2026-11-21T12:00:00.000Z"
+    assert prov["origin_authority"] == "remote-auditor.example"
+    # Ranks are ours, 1..n, ordered by our formula.
+    assert [r["rank"] for r in got["results"]] == [1, 2]
+    scores = [r["rank_score"] for r in got["results"]]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_tier_is_capped_at_the_granted_tier_and_rescored(world: World) -> None:
+    b = world.ans("b", solidity("claims-tier-one", trust_tier=1, behavioral_trust_score=0.9))
+    world.serve("http://b", b)
+    a = world.ans("a", {}, peers=(Peer("http://b", 2),))
+    got = ask(a, limit=5)
+    (r,) = got["results"]
+    assert r["trust_tier"] == 2
+    assert r["provenance"]["claimed_trust_tier"] == 1
+    assert r["rank_score"] == rank_score(a.config.ranking, 2, 0.9, r["capability_match_score"])
+    # A caller who insists on tier 1 never reaches a peer we only grant tier 2.
+    world.net.sent.clear()
+    got = ask(a, limit=5, trust_tier_min=1)
+    assert got["results"] == [] and world.net.sent == []
+
+
+def test_chain_a_b_c_carries_results_and_route(world: World) -> None:
+    c = world.ans("c", solidity("deep-auditor"))
+    world.serve("http://c", c)
+    b = world.ans("b", solidity("middle-auditor"), peers=(Peer("http://c", 2),))
+    world.serve("http://b", b)
+    a = world.ans("a", {}, peers=(Peer("http://b", 2),))
+    got = ask(a, limit=5)
+    assert sorted(labels(got)) == ["deep-auditor", "middle-auditor"]
+    assert got["federation_path"][0] == a.key.kid
+    assert set(got["federation_path"]) == {a.key.kid, b.key.kid, c.key.kid}
+    deep = next(r for r in got["results"] if r["agent_label"] == "deep-auditor")
+    assert deep["provenance"]["route"] == [b.key.kid, c.key.kid]
+    assert deep["provenance"]["origin_service"] == c.key.kid
+    assert deep["provenance"]["origin_signature"]["key_id"] == c.key.kid
+    assert deep["provenance"]["peer_signature"]["key_id"] == b.key.kid
+    # C saw the full path.
+    assert world.net.peers["http://c"].discovers[0]["agtp-federation-path"] == (
+        f"{a.key.kid}, {b.key.kid}"
+    )
+
+
+def test_hop_limit_stops_the_chain(world: World) -> None:
+    one_hop = FederationSettings(max_hops=1, peer_timeout=0.5, deadline=0.8)
+    c = world.ans("c", solidity("deep-auditor"))
+    world.serve("http://c", c)
+    b = world.ans("b", solidity("middle-auditor"), peers=(Peer("http://c", 2),), settings=one_hop)
+    world.serve("http://b", b)
+    a = world.ans("a", {}, peers=(Peer("http://b", 2),), settings=one_hop)
+    got = ask(a, limit=5)
+    assert labels(got) == ["middle-auditor"]
+    assert world.net.peers["http://c"].discovers == []
+    max0 = FederationSettings(max_hops=0)
+    z = world.ans("z", {}, peers=(Peer("http://b", 2),), settings=max0)
+    assert "federation_path" not in ask(z, limit=5)
+
+
+def test_loop_between_two_servers_terminates(world: World) -> None:
+    a = world.ans("a", solidity("alpha-auditor"), peers=(Peer("http://b", 2),))
+    b = world.ans("b", solidity("beta-auditor"), peers=(Peer("http://a", 2),))
+    fa, fb = world.serve("http://a", a), world.serve("http://b", b)
+    got = ask(a, limit=5)
+    assert sorted(labels(got)) == ["alpha-auditor", "beta-auditor"]
+    assert len(fb.discovers) == 1  # a asked b once
+    # b fetched a's key, saw a on the path and did not send the query back.
+    assert fa.discovers == [] and fa.jwks_fetches == 1
+    assert got["federation_path"] == [a.key.kid, b.key.kid]
+    # Each agent appears once (a's own agent came back through b and lost to the local copy).
+    assert len(got["results"]) == 2
+    assert "provenance" not in next(
+        r for r in got["results"] if r["agent_label"] == "alpha-auditor"
+    )
+
+
+def test_a_request_that_names_us_on_its_path_is_answered_locally(world: World) -> None:
+    b = world.ans("b", solidity("beta-auditor"))
+    world.serve("http://b", b)
+    a = world.ans("a", solidity("alpha-auditor"), peers=(Peer("http://b", 2),))
+    got = ask(a, limit=5, headers={"agtp-federation-path": f"someone-else, {a.key.kid}"})
+    assert labels(got) == ["alpha-auditor"]
+    assert world.net.sent == []
+
+
+# -- degradation ---------------------------------------------------------------------------
+
+
+def test_slow_peer_times_out_and_local_results_survive(world: World) -> None:
+    b = world.ans("b", solidity("slow-auditor"))
+    world.serve("http://b", b).delay = 5.0
+    a = world.ans("a", solidity("local-auditor"), peers=(Peer("http://b", 2, timeout=0.2),))
+    loop_started = datetime.now(UTC)
+    got = ask(a, limit=5)
+    assert (datetime.now(UTC) - loop_started).total_seconds() < 2.0
+    assert labels(got) == ["local-auditor"]
+    assert codes(got) == [("peer_timeout", "http://b")]
+    assert "slow" not in got["warnings"][0]["message"]
+    assert got["federation_path"] == [a.key.kid]
+    assert_signed_by(got, a)
+    (fwd,) = audit_events(a, "federation_forward")
+    assert fwd["outcome"] == "peer_timeout" and fwd["peer"] == "http://b"
+    (drop,) = audit_events(a, "federation_drop")
+    assert drop["code"] == "peer_timeout"
+
+
+def test_overall_deadline_bounds_the_fan_out(world: World) -> None:
+    settings = FederationSettings(peer_timeout=5.0, deadline=0.3)
+    slow1, slow2 = world.ans("s1", solidity("one")), world.ans("s2", solidity("two"))
+    world.serve("http://s1", slow1).delay = 3.0
+    world.serve("http://s2", slow2).delay = 3.0
+    a = world.ans("a", {}, peers=(Peer("http://s1", 2), Peer("http://s2", 2)), settings=settings)
+    started = datetime.now(UTC)
+    got = ask(a, limit=5)
+    assert (datetime.now(UTC) - started).total_seconds() < 1.5
+    assert got["results"] == []
+    assert codes(got) == [("peer_timeout", "http://s1"), ("peer_timeout", "http://s2")]
+
+
+def test_down_peer_is_a_warning_and_its_key_failure_is_cached(world: World) -> None:
+    a = world.ans("a", solidity("local-auditor"), peers=(Peer("http://down", 2),))
+    got = ask(a, limit=5)
+    assert labels(got) == ["local-auditor"]
+    assert codes(got) == [("peer_key_unavailable", "http://down")]
+    assert "connection refused" in got["warnings"][0]["message"]
+    got = ask(a, limit=5)  # within key_retry: no new connection attempt
+    assert codes(got) == [("peer_key_unavailable", "http://down")]
+    assert world.net.sent == [("http://down", "GET")]
+    world.mono[0] += 10.0  # past key_retry: try again
+    ask(a, limit=5)
+    assert world.net.sent == [("http://down", "GET")] * 2
+
+
+def test_tampered_answer_is_dropped(world: World) -> None:
+    b = world.ans("b", solidity("remote-auditor"))
+
+    def tamper(result: dict[str, Any], peer: FakePeer) -> dict[str, Any]:
+        result["results"][0]["behavioral_trust_score"] = 1.0
+        return result
+
+    world.serve("http://b", b).mutate = tamper
+    a = world.ans("a", solidity("local-auditor"), peers=(Peer("http://b", 2),))
+    got = ask(a, limit=5)
+    assert labels(got) == ["local-auditor"]
+    assert codes(got) == [("peer_signature_invalid", "http://b")]
+    assert_signed_by(got, a)
+
+
+def test_answer_signed_by_another_key_is_dropped(world: World) -> None:
+    b = world.ans("b", solidity("remote-auditor"))
+    impostor = SigningKey.generate()
+
+    def resign(result: dict[str, Any], peer: FakePeer) -> dict[str, Any]:
+        return sign_document(result, impostor, "ans_signature")
+
+    world.serve("http://b", b).mutate = resign
+    a = world.ans("a", {}, peers=(Peer("http://b", 2),))
+    got = ask(a, limit=5)
+    assert got["results"] == []
+    assert codes(got) == [("peer_signature_invalid", "http://b")]
+    # The unknown kid made us refetch the key once (rotation), and it still failed.
+    assert world.net.peers["http://b"].jwks_fetches == 1  # refresh honoured only after key_retry
+
+
+def test_unsigned_answer_is_dropped(world: World) -> None:
+    b = world.ans("b", solidity("remote-auditor"))
+
+    def strip(result: dict[str, Any], peer: FakePeer) -> dict[str, Any]:
+        result.pop("ans_signature")
+        return result
+
+    world.serve("http://b", b).mutate = strip
+    a = world.ans("a", {}, peers=(Peer("http://b", 2),))
+    assert codes(ask(a, limit=5)) == [("peer_signature_invalid", "http://b")]
+
+
+def test_rotated_peer_key_is_refetched_once(world: World) -> None:
+    b = world.ans("b", solidity("remote-auditor"))
+    fake = world.serve("http://b", b)
+    a = world.ans("a", {}, peers=(Peer("http://b", 2),))
+    assert labels(ask(a, limit=5)) == ["remote-auditor"]
+    b.key = SigningKey.generate()  # the peer rotates its key
+    world.mono[0] += 6.0  # refresh allowed once key_retry has passed
+    got = ask(a, limit=5)
+    assert labels(got) == ["remote-auditor"] and got["warnings"] == []
+    assert fake.jwks_fetches == 2
+
+
+def test_replayed_answer_for_another_query_is_dropped(world: World) -> None:
+    b = world.ans("b", solidity("remote-auditor"))
+
+    def replay(result: dict[str, Any], peer: FakePeer) -> dict[str, Any]:
+        result["query_digest"] = "0" * 64
+        return sign_document(result, peer.svc.key, "ans_signature")
+
+    world.serve("http://b", b).mutate = replay
+    a = world.ans("a", {}, peers=(Peer("http://b", 2),))
+    assert codes(ask(a, limit=5)) == [("peer_digest_mismatch", "http://b")]
+
+
+def test_stale_answer_is_dropped(world: World) -> None:
+    b = world.ans("b", solidity("remote-auditor"), clock=lambda: NOW - timedelta(hours=1))
+    world.serve("http://b", b)
+    a = world.ans("a", {}, peers=(Peer("http://b", 2),))
+    got = ask(a, limit=5)
+    assert codes(got) == [("peer_result_stale", "http://b")]
+    assert "3600s" in got["warnings"][0]["message"]
+
+
+def test_peer_ignoring_the_trust_floor_has_those_results_dropped(world: World) -> None:
+    b = world.ans(
+        "b",
+        {
+            **solidity("good-auditor", behavioral_trust_score=0.95),
+            **solidity("shaky-auditor", behavioral_trust_score=0.5),
+        },
+    )
+
+    def relax(params: dict[str, Any]) -> dict[str, Any]:
+        params.pop("behavioral_trust_min", None)
+        return params
+
+    world.serve("http://b", b).relax = relax
+    a = world.ans("a", {}, peers=(Peer("http://b", 2),))
+    got = ask(a, limit=5, behavioral_trust_min=0.9)
+    assert labels(got) == ["good-auditor"]
+    assert codes(got) == [("peer_threshold_violation", "http://b")]
+    assert "0.5 < 0.9" in got["warnings"][0]["message"]
+    drops = audit_events(a, "federation_drop")
+    assert [(d["code"], d["count"]) for d in drops] == [("peer_threshold_violation", 1)]
+
+
+def test_peer_ignoring_the_tier_floor_and_zone(world: World) -> None:
+    b = world.ans(
+        "b",
+        {
+            **solidity("finance-auditor", governance_zone="zone:finance"),
+            **solidity("public-auditor", governance_zone="zone:public"),
+            **solidity("lab-auditor", governance_zone="zone:finance", trust_tier=3),
+        },
+    )
+
+    def relax(params: dict[str, Any]) -> dict[str, Any]:
+        params.pop("governance_zone", None)
+        params["trust_tier_min"] = 3
+        return params
+
+    world.serve("http://b", b).relax = relax
+    a = world.ans("a", {}, peers=(Peer("http://b", 2),))
+    got = ask(a, limit=5, governance_zone="zone:finance")
+    assert labels(got) == ["finance-auditor"]
+    assert codes(got) == [("peer_threshold_violation", "http://b")]
+    assert "2 result(s)" in got["warnings"][0]["message"]
+
+
+def test_peer_error_status_is_a_warning(world: World) -> None:
+    b = world.ans("b", solidity("remote-auditor"))
+    world.serve("http://b", b)
+    a = world.ans("a", solidity("local-auditor"), peers=(Peer("http://b", 2),))
+
+    def refuse(result: dict[str, Any], peer: FakePeer) -> dict[str, Any]:
+        raise ScopeViolation("the peer's own policy refuses this caller")
+
+    world.net.peers["http://b"].mutate = refuse
+    got = ask(a, limit=5)
+    assert labels(got) == ["local-auditor"]
+    assert codes(got) == [("peer_error", "http://b")]
+    assert "451" in got["warnings"][0]["message"]
+
+
+def test_over_limit_and_malformed_entries(world: World) -> None:
+    b = world.ans("b", {**solidity("one-auditor"), **solidity("two-auditor")})
+
+    def pad(result: dict[str, Any], peer: FakePeer) -> dict[str, Any]:
+        result["results"] = [
+            {"canonical_id": "x", "trust_tier": 7},
+            *result["results"],
+            dict(result["results"][0], canonical_id="e" * 64),
+        ]
+        return sign_document(result, peer.svc.key, "ans_signature")
+
+    world.serve("http://b", b).mutate = pad
+    a = world.ans("a", {}, peers=(Peer("http://b", 2),))
+    got = ask(a, limit=3)
+    assert sorted(codes(got)) == [
+        ("peer_entry_invalid", "http://b"),
+        ("peer_over_limit", "http://b"),
+    ]
+    assert sorted(labels(got)) == ["one-auditor", "two-auditor"]
+
+
+# -- merge -----------------------------------------------------------------------------------
+
+
+def test_local_record_wins_and_duplicates_across_peers_collapse(world: World) -> None:
+    shared = solidity("shared-auditor", behavioral_trust_score=0.8)
+    b = world.ans("b", {**shared, **solidity("b-only")})
+    c = world.ans(
+        "c", {**solidity("shared-auditor", behavioral_trust_score=0.8), **solidity("c-only")}
+    )
+    world.serve("http://b", b)
+    world.serve("http://c", c)
+    a = world.ans("a", {}, peers=(Peer("http://b", 3), Peer("http://c", 2)))
+    got = ask(a, limit=10, trust_tier_min=3)
+    assert sorted(labels(got)) == ["b-only", "c-only", "shared-auditor"]
+    shared_entry = next(r for r in got["results"] if r["agent_label"] == "shared-auditor")
+    # Same agent from two peers: the better effective tier (c, granted 2) wins.
+    assert shared_entry["provenance"]["peer"]["url"] == "http://c"
+    assert shared_entry["trust_tier"] == 2
+    assert got["total_matches"] == 3
+    # Now the agent is also indexed locally: the local record wins outright.
+    d = world.ans("d", shared, peers=(Peer("http://b", 3), Peer("http://c", 2)))
+    got = ask(d, limit=10, trust_tier_min=3)
+    mine = [r for r in got["results"] if r["agent_label"] == "shared-auditor"]
+    assert len(mine) == 1 and "provenance" not in mine[0]
+
+
+def test_restricted_zone_results_from_peers_never_leak(world: World) -> None:
+    b = world.ans("b", solidity("vault-auditor", governance_zone="zone:vault"))
+    world.serve("http://b", b)
+    a = world.ans("a", {}, peers=(Peer("http://b", 2),), restricted=("zone:vault",))
+    got = ask(a, limit=5)
+    assert got["results"] == [] and got["warnings"] == []  # silent: a warning would leak it
+    (drop,) = audit_events(a, "federation_drop")
+    assert drop["code"] == "restricted_zone"
+    got = ask(a, scope="discovery:query zone:vault", limit=5)
+    assert labels(got) == ["vault-auditor"]
+
+
+def test_peer_zones_limit_what_we_ask_and_accept(world: World) -> None:
+    b = world.ans(
+        "b",
+        {
+            **solidity("fin-auditor", governance_zone="zone:finance"),
+            **solidity("pub-auditor", governance_zone="zone:public"),
+        },
+    )
+    world.serve("http://b", b)
+    a = world.ans("a", {}, peers=(Peer("http://b", 2, zones=("zone:finance",)),))
+    got = ask(a, limit=5)
+    assert labels(got) == ["fin-auditor"]
+    assert codes(got) == [("peer_zone_not_accepted", "http://b")]
+    world.net.sent.clear()
+    got = ask(a, limit=5, governance_zone="zone:public")
+    assert world.net.sent == [] and got["results"] == []
+
+
+def test_key_from_the_peer_manifest_via_describe(world: World) -> None:
+    b = world.ans("b", solidity("remote-auditor"))
+    fake = world.serve("http://b", b)
+    a = world.ans("a", {}, peers=(Peer("http://b", 2, key_source="describe"),))
+    assert labels(ask(a, limit=5)) == ["remote-auditor"]
+    assert fake.jwks_fetches == 0
+    assert ("http://b", "DESCRIBE") in world.net.sent
+
+
+def test_key_from_a_jwks_file(world: World, tmp_path: Path) -> None:
+    b = world.ans("b", solidity("remote-auditor"))
+    world.serve("http://b", b)
+    jwks = tmp_path / "b.jwks.json"
+    jwks.write_bytes(orjson.dumps(b.jwks()))
+    a = world.ans("a", {}, peers=(Peer("http://b", 2, key_source="jwks_file", jwks_file=jwks),))
+    assert labels(ask(a, limit=5)) == ["remote-auditor"]
+    # A file holding someone else's key: every answer from b fails verification.
+    jwks.write_bytes(orjson.dumps({"keys": [SigningKey.generate().public.jwk()]}))
+    e = world.ans("e", {}, peers=(Peer("http://b", 2, key_source="jwks_file", jwks_file=jwks),))
+    assert codes(ask(e, limit=5)) == [("peer_signature_invalid", "http://b")]
+
+
+def test_federated_result_verifies_with_a_plain_jws_verifier(world: World) -> None:
+    """The merged answer is one ordinary ans_signature over the JCS of the result."""
+    b = world.ans("b", solidity("remote-auditor"))
+    world.serve("http://b", b)
+    a = world.ans("a", {}, peers=(Peer("http://b", 2),))
+    got = ask(a, limit=5)
+    body = {k: v for k, v in got.items() if k != "ans_signature"}
+    again = signature_object(canonicalize(body), a.key)
+    assert again["key_id"] == got["ans_signature"]["key_id"] == a.key.kid
+    got["warnings"].append({"code": "x", "peer": "y", "message": "forged"})
+    with pytest.raises(AgtpError):
+        verify_document(got, TrustedKeys([a.key.public]), "ans_signature")
