@@ -76,6 +76,8 @@ CODES_UNDER_TEST = (
     "invalid_agtp_method",
     "header_too_large",
     "duplicate_header",
+    "invalid_federation_path",
+    "invalid_federation_budget",
 )
 
 
@@ -471,3 +473,38 @@ def test_response_headers() -> None:
     assert headers[b"content-type"] == b"application/agtp+json"
     bare = dict(binding.response_headers(204, None, "s", body=False))
     assert b"task-id" not in bare and b"content-type" not in bare
+
+
+# -- federation headers ---------------------------------------------------------------
+
+
+def test_federation_headers_parsed() -> None:
+    kid = "3DU7x0AyenMppSugvNAjqRrmZV-JNrl_180y_oPpfc0"
+    req = discover(
+        {"intent": "x"},
+        headers={
+            **HEADERS,
+            "agtp-federation-path": f"{kid}, other_ans-1",
+            "agtp-federation-budget-ms": "1500",
+        },
+    )
+    assert req.federation_path == (kid, "other_ans-1")
+    assert req.federation_budget_ms == 1500
+    assert req.identity.scope_header == "discovery:query"
+    plain = discover({"intent": "x"})
+    assert plain.federation_path == () and plain.federation_budget_ms is None
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["a,,b", "has space", "x" * 129, ",".join(["a"] * 17), "a;b", "é"],
+)
+def test_invalid_federation_path(value: str) -> None:
+    headers = {**HEADERS, "agtp-federation-path": value}
+    expect(InvalidHeader, 400, "invalid_federation_path", discover, {"intent": "x"}, headers)
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "1.5", "abc", "600001", ""])
+def test_invalid_federation_budget(value: str) -> None:
+    headers = {**HEADERS, "agtp-federation-budget-ms": value}
+    expect(InvalidHeader, 400, "invalid_federation_budget", discover, {"intent": "x"}, headers)
