@@ -226,19 +226,24 @@ def cmd_discover(args: argparse.Namespace) -> int:
 
 
 def print_table(result: dict[str, Any]) -> None:
-    rows = [("#", "agent", "tier", "trust", "match", "score", "zone")]
+    federated = "federation_path" in result
+    header = ["#", "agent", "tier", "trust", "match", "score", "zone"]
+    rows: list[list[str]] = [[*header, "from"] if federated else header]
     for r in result.get("results", []):
-        rows.append(
-            (
-                str(r["rank"]),
-                f"{r['agent_label']}@{r['org_domain']}",
-                str(r["trust_tier"]),
-                f"{r['behavioral_trust_score']:.2f}",
-                f"{r['capability_match_score']:.3f}",
-                f"{r.get('rank_score', 0):.3f}",
-                r.get("governance_zone", ""),
-            )
-        )
+        row = [
+            str(r["rank"]),
+            f"{r['agent_label']}@{r['org_domain']}",
+            str(r["trust_tier"]),
+            f"{r['behavioral_trust_score']:.2f}",
+            f"{r['capability_match_score']:.3f}",
+            f"{r.get('rank_score', 0):.3f}",
+            str(r.get("governance_zone", "")),
+        ]
+        if federated:
+            prov = r.get("provenance")
+            peer = prov.get("peer", {}) if isinstance(prov, dict) else {}
+            row.append(str(peer.get("url", "?")) if prov else "local")
+        rows.append(row)
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
@@ -246,6 +251,10 @@ def print_table(result: dict[str, Any]) -> None:
         f"{result.get('returned', 0)} of {result.get('total_matches', 0)} matches "
         f"(query {result.get('query_id', '?')}, {result.get('generated_at', '')})"
     )
+    if federated:
+        print(f"federation path: {' -> '.join(result['federation_path'])}")
+    for w in result.get("warnings", []):
+        print(f"warning: {w.get('code')}: {w.get('message')}", file=sys.stderr)
 
 
 def _read_json(path: Path) -> Any:

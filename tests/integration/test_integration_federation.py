@@ -24,6 +24,7 @@ from ans.protocol.messages import ActivateRequest, Identity, parse_discover
 from ans.protocol.scope import parse_authority_scope
 from hypercorn.asyncio import serve
 
+from ans.cli import main
 from ans.client import AgtpClient, verify_discover_result
 from ans.config import Config
 from ans.server import build_service, hypercorn_config
@@ -256,7 +257,7 @@ def rogue(
 # -- the cases of the issue ------------------------------------------------------------------
 
 
-def test_chain_a_b_c(start: Any, activate: Any) -> None:
+def test_chain_a_b_c(start: Any, activate: Any, capsys: pytest.CaptureFixture[str]) -> None:
     c = start("c")
     activate(c.url, solidity("deep-auditor", behavioral_trust_score=0.97))
     b = start("b", "--peer", f"2@{c.url}")
@@ -275,6 +276,15 @@ def test_chain_a_b_c(start: Any, activate: Any) -> None:
     assert by_label["middle-auditor"]["provenance"]["route"] == [kb]
     assert "provenance" not in by_label["near-auditor"]
     assert [r["rank"] for r in got["results"]] == [1, 2, 3]
+    # The CLI shows where each result came from, and verifies the merged signature.
+    capsys.readouterr()
+    assert main(["discover", INTENT, "--server", a.url, "--limit", "5"]) == 0
+    out = capsys.readouterr().out
+    assert f"federation path: {ka} -> {kb} -> {kc}" in out
+    assert "signature: verified" in out
+    deep_row = next(line for line in out.splitlines() if "deep-auditor@" in line)
+    assert deep_row.rstrip().endswith(b.url)
+    assert next(line for line in out.splitlines() if "near-auditor@" in line).endswith("local")
     # Forwards are audit events on every hop.
     for srv in (a, b):
         text = (srv.data_dir / "audit.jsonl").read_text()
