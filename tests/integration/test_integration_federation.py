@@ -191,6 +191,9 @@ class RoguePeer:
             result = sign_document(result, svc.key, "ans_signature")
         else:
             result = svc.discover(req)
+        if self.mode == "huge":
+            filler = "x" * (2 * 1024 * 1024)
+            return orjson.dumps({"status": 200, "result": {**result, "filler": filler}})
         if self.mode == "tamper":
             for r in result["results"]:
                 r["trust_tier"] = 1
@@ -382,3 +385,27 @@ def test_peer_claiming_tier_1_is_capped_at_2(start: Any, activate: Any) -> None:
     assert discover(b.url)["results"][0]["trust_tier"] == 1
     # A caller demanding tier 1 gets nothing from a tier-2 peer, and a is not even asked.
     assert discover(a.url, {**QUERY, "trust_tier_min": 1})["results"] == []
+
+
+def test_oversized_peer_answer_is_cut_off(start: Any, activate: Any, rogue: Any) -> None:
+    big = rogue()
+    big.add(solidity("bloated-auditor"))
+    big.mode = "huge"
+    config = FAST_CONFIG + "max_response_bytes = 65536\n"
+    a = start("a", "--peer", f"2@{big.url}", config=config)
+    activate(a.url, solidity("local-auditor"))
+    got = discover(a.url)
+    assert labels(got) == ["local-auditor"]
+    assert warnings_of(got) == [("peer_bad_response", big.url)]
+    assert "65536" in got["warnings"][0]["message"]
+
+
+def test_peer_connection_recycled_between_requests_is_retried(start: Any, activate: Any) -> None:
+    # b closes every HTTP/2 connection after 2 requests; a must reconnect, not warn.
+    b = start("b", config="[server]\nkeep_alive_max_requests = 2\n")
+    activate(b.url, solidity("remote-auditor"))
+    a = start("a", "--peer", f"2@{b.url}")
+    for _ in range(6):
+        got = discover(a.url)
+        assert labels(got) == ["remote-auditor"]
+        assert got["warnings"] == []
