@@ -217,16 +217,18 @@ def _candidate(
     item = {k: v for k, v in raw.items() if k not in REPLACED_FIELDS}
     item["trust_tier"] = tier
     item["capability_match_score"] = cms
-    item["provenance"] = {
+    provenance: dict[str, Any] = {
         "origin_service": origin,
         "origin_authority": str(raw["org_domain"]).lower(),
         "origin_signature": origin_sig,
         "peer": {"ans_id": kid, "url": peer.url, "granted_trust_tier": peer.tier},
-        "peer_signature": peer_sig,
         "route": list(route),
         "claimed_trust_tier": claimed,
         "received_at": received_at,
     }
+    if origin != kid:  # it came through the peer from further away: name both signatures
+        provenance["peer_signature"] = peer_sig
+    item["provenance"] = provenance
     return Candidate(cid, tier, behavioral, cms, item, route, peer_index)
 
 

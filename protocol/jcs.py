@@ -10,6 +10,7 @@ numbers or integers outside IEEE-754 double precision raise ValueError.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 _ESCAPES = {
@@ -24,17 +25,20 @@ _ESCAPES = {
 _MAX_SAFE_INT = 2**53
 
 
+_NEEDS_ESCAPE = re.compile(r'[\x00-\x1f"\\]')
+
+
+def _escape(m: re.Match[str]) -> str:
+    cp = ord(m.group())
+    return _ESCAPES.get(cp) or f"\\u{cp:04x}"
+
+
 def _string(s: str, out: list[str]) -> None:
-    out.append('"')
-    start = 0
-    for i, ch in enumerate(s):
-        cp = ord(ch)
-        if cp < 0x20 or cp == 0x22 or cp == 0x5C:
-            out.append(s[start:i])
-            out.append(_ESCAPES.get(cp) or f"\\u{cp:04x}")
-            start = i + 1
-    out.append(s[start:])
-    out.append('"')
+    # Most strings need no escaping: one regex scan instead of a per-character loop.
+    if _NEEDS_ESCAPE.search(s) is None:
+        out.append(f'"{s}"')
+    else:
+        out.append(f'"{_NEEDS_ESCAPE.sub(_escape, s)}"')
 
 
 def number_to_string(value: float) -> str:
@@ -88,7 +92,10 @@ def _value(v: Any, out: list[str]) -> None:
             raise TypeError("JCS object keys must be strings")
         out.append("{")
         first = True
-        for key in sorted(v, key=_utf16_key):
+        # For ASCII keys UTF-16 code-unit order is plain string order; only
+        # other keys need the (slower) UTF-16 sort key.
+        ascii_keys = all(k.isascii() for k in v)
+        for key in sorted(v) if ascii_keys else sorted(v, key=_utf16_key):
             if not first:
                 out.append(",")
             first = False

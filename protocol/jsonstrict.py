@@ -9,6 +9,7 @@ re-parses with hooks that reject duplicate keys and non-finite numbers.
 from __future__ import annotations
 
 import json
+import re
 import math
 from typing import Any
 
@@ -48,26 +49,21 @@ _DECODER = json.JSONDecoder(
 )
 
 
+_STRING_RE = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
 def _depth_ok(data: bytes, limit: int) -> bool:
-    """Cheap nesting-depth bound before any recursive decoder runs."""
+    """Cheap nesting-depth bound before any recursive decoder runs: drop the
+    strings (one regex pass), keep only brackets, then count."""
+    skeleton = _STRING_RE.sub(b"", data).translate(None, _NOT_BRACKETS)
     depth = 0
-    in_string = False
-    escaped = False
-    for byte in data:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:  # backslash
-                escaped = True
-            elif byte == 0x22:
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte in (0x5B, 0x7B):
+    for byte in skeleton:
+        if byte in (0x5B, 0x7B):
             depth += 1
             if depth > limit:
                 return False
-        elif byte in (0x5D, 0x7D):
+        else:
             depth -= 1
     return True
 

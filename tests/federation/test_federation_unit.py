@@ -300,9 +300,9 @@ def test_merged_result_is_signed_with_path_and_provenance(world: World) -> None:
     assert prov["origin_service"] == b.key.kid
     assert prov["route"] == [b.key.kid]
     assert prov["peer"] == {"ans_id": b.key.kid, "url": "http://b", "granted_trust_tier": 2}
-    assert prov["peer_signature"]["key_id"] == b.key.kid
-    assert prov["peer_signature"]["query_id"] == "qry-b"
-    assert prov["origin_signature"] == prov["peer_signature"]
+    assert prov["origin_signature"]["key_id"] == b.key.kid
+    assert prov["origin_signature"]["query_id"] == "qry-b"
+    assert "peer_signature" not in prov  # the peer is the origin: one signature reference
     assert prov["received_at"] == "2026-11-21T12:00:00.000Z"
     assert prov["origin_authority"] == "remote-auditor.example"
     # Ranks are ours, 1..n, ordered by our formula.
