@@ -9,8 +9,8 @@ re-parses with hooks that reject duplicate keys and non-finite numbers.
 from __future__ import annotations
 
 import json
-import re
 import math
+import re
 from typing import Any
 
 import orjson
