@@ -8,9 +8,11 @@ no network I/O; the ASGI app in :mod:`ans.app` calls it.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -26,6 +28,7 @@ from ans.governance.policy import (
     DISCOVERY_QUERY,
     DISCOVERY_REGISTER,
     ZonePolicy,
+    max_tier,
     passes_gates,
     require_scope,
 )
@@ -132,6 +135,7 @@ class AnsService:
         )
         self.zones = ZonePolicy.of(config.restricted_zones)
         self._registry: dict[str, AgentEntry] = {}
+        self._gate_counts: Counter[tuple[str, int]] = Counter()
         self._lock = threading.RLock()
         self._activate_lock = threading.Lock()
         self.manifest = self._own_manifest()
@@ -144,42 +148,75 @@ class AnsService:
             entry = AgentEntry.from_stored(agent)
             self.matcher.upsert(profile_from(agent.manifest, agent.capabilities))
             with self._lock:
-                self._registry[entry.canonical_id] = entry
+                self._index_entry(entry)
             n += 1
         return n
 
     def __len__(self) -> int:
         return len(self._registry)
 
+    def _index_entry(self, entry: AgentEntry) -> None:
+        """Put an entry in the registry (caller holds the lock), keeping the
+        per-(zone, tier) counts that bound how many agents could pass the gates."""
+        old = self._registry.get(entry.canonical_id)
+        if old is not None:
+            self._gate_counts[(old.governance_zone, old.trust_tier)] -= 1
+        self._registry[entry.canonical_id] = entry
+        self._gate_counts[(entry.governance_zone, entry.trust_tier)] += 1
+
+    def _gate_bound(self, req: DiscoverRequest) -> int:
+        """An upper bound on the local agents that can pass the gates (zone, tier,
+        restricted zones), without matching anything."""
+        p = req.params
+        cap = max_tier(p)
+        total = 0
+        with self._lock:
+            for (zone, tier), n in self._gate_counts.items():
+                if tier <= cap and p.governance_zone in (None, zone):
+                    if self.zones.granted(zone, req.identity.scope):
+                        total += n
+        return total
+
     # -- DISCOVER ---------------------------------------------------------------------
     def discover(self, req: DiscoverRequest) -> dict[str, Any]:
         """A local-only answer (no federation), signed."""
+        self._admit(req)
         return self._finish(req, self._local(req), None)
 
     async def discover_async(self, req: DiscoverRequest) -> dict[str, Any]:
         """Local answer first; when fewer than ``limit`` pass and federation is
         configured, ask trusted peers, then merge, re-rank and re-sign."""
+        self._admit(req)  # 451 / 453 before anything leaves this server
+        fed = self.federator
+        if fed is None:
+            return self._finish(req, self._local(req), None)
+        early = fed.plan(req, self._gate_bound(req))
+        if early.peers:
+            # Fewer than `limit` local agents can pass the gates at all, so
+            # forwarding is certain: the peers work while we match locally.
+            pending = asyncio.ensure_future(fed.gather(req, early))
+            local = await asyncio.to_thread(self._local, req)
+            return self._finish(req, local, await pending)
         local = self._local(req)
-        if self.federator is None:
-            return self._finish(req, local, None)
-        plan = self.federator.plan(req, len(local.ranked))
+        plan = fed.plan(req, len(local.ranked))
         if not plan.peers:
             return self._finish(req, local, None)
-        gathered = await self.federator.gather(req, plan)
-        return self._finish(req, local, gathered)
+        return self._finish(req, local, await fed.gather(req, plan))
 
-    def _local(self, req: DiscoverRequest) -> _LocalAnswer:
+    def _admit(self, req: DiscoverRequest) -> None:
         require_scope(
             req.identity, DISCOVERY_QUERY, method="DISCOVER", task_id=req.task_id, audit=self.audit
         )
-        p = req.params
         self.zones.check_requested(
             req.identity,
-            p.governance_zone,
+            req.params.governance_zone,
             method="DISCOVER",
             task_id=req.task_id,
             audit=self.audit,
         )
+
+    def _local(self, req: DiscoverRequest) -> _LocalAnswer:
+        p = req.params
         weights = self.config.ranking
         matched = None
         scores = None  # no intent: every agent is a candidate, ranked on trust alone
@@ -308,7 +345,7 @@ class AnsService:
             entry = AgentEntry.from_stored(stored)
             with self._lock:
                 self.matcher.upsert(profile, vectors)
-                self._registry[cid] = entry
+                self._index_entry(entry)
         self.audit.record(
             "activation",
             status=200,

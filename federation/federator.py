@@ -117,7 +117,7 @@ class Federator:
         if not self.peers or local_matches >= req.params.limit:
             return Plan((), 0.0, incoming, "enough local results" if self.peers else "no peers")
         if self.self_id in incoming:
-            log.info("federation loop: answering locally", path=list(incoming))
+            log.debug("federation loop: answering locally", path=list(incoming))
             return Plan((), 0.0, incoming, "already on the federation path")
         if len(incoming) + 1 > s.max_hops:
             return Plan((), 0.0, incoming, f"hop limit {s.max_hops} reached")

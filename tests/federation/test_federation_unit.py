@@ -684,3 +684,39 @@ def test_federated_result_verifies_with_a_plain_jws_verifier(world: World) -> No
     got["warnings"].append({"code": "x", "peer": "y", "message": "forged"})
     with pytest.raises(AgtpError):
         verify_document(got, TrustedKeys([a.key.public]), "ans_signature")
+
+
+def test_forward_decided_after_matching_when_the_gates_alone_cannot_tell(world: World) -> None:
+    b = world.ans("b", solidity("remote-auditor"))
+    world.serve("http://b", b)
+    a = world.ans(
+        "a",
+        {
+            **solidity("trusted-auditor", behavioral_trust_score=0.95),
+            **solidity("shaky-one", behavioral_trust_score=0.5),
+            **solidity("shaky-two", behavioral_trust_score=0.5),
+        },
+        peers=(Peer("http://b", 2),),
+    )
+    # Three local agents could pass zone and tier, so the decision needs the full
+    # local answer: one passes the behavioral floor, fewer than limit=2 -> forward.
+    got = ask(a, limit=2, behavioral_trust_min=0.9)
+    assert sorted(labels(got)) == ["remote-auditor", "trusted-auditor"]
+    assert world.net.sent == [("http://b", "GET"), ("http://b", "DISCOVER")]
+    # Two pass locally: no forward at all.
+    world.net.sent.clear()
+    got = ask(a, limit=1, behavioral_trust_min=0.9)
+    assert labels(got) == ["trusted-auditor"] and world.net.sent == []
+
+
+def test_a_451_or_453_is_never_forwarded(world: World) -> None:
+    b = world.ans("b", solidity("remote-auditor"))
+    world.serve("http://b", b)
+    a = world.ans("a", {}, peers=(Peer("http://b", 2),), restricted=("zone:vault",))
+    with pytest.raises(AgtpError) as info:
+        ask(a, scope="documents:read", limit=5)
+    assert info.value.status == 451
+    with pytest.raises(AgtpError) as info:
+        ask(a, limit=5, governance_zone="zone:vault")
+    assert info.value.status == 453
+    assert world.net.sent == []
