@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import struct
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from ans.protocol.jcs import canonicalize, number_to_string
+from ans.protocol.jcs import canonicalize, canonicalize_reference, number_to_string
 
 
 def _find_vectors() -> Path | None:
@@ -242,3 +243,62 @@ def test_non_string_object_keys_raise_type_error(doc: dict) -> None:
     # function (key.encode) runs before the isinstance check.
     with pytest.raises(TypeError):
         canonicalize(doc)
+
+
+# -- the fast path is byte-identical to the reference serializer -------------------------
+
+_ALPHABET = ["a", "Z", "_", " ", '"', "\\", "\x00", "\x1f", "\x7f", "é", "\u2028", "\ufeff", "😀"]
+
+
+def _random_float(rng: random.Random) -> float:
+    kind = rng.randrange(8)
+    if kind == 0:
+        return float(rng.randint(-(2**60), 2**60))  # integral, some beyond 2**53
+    if kind == 1:
+        return rng.uniform(-1, 1) * 10 ** rng.uniform(-30, 30)
+    if kind == 2:
+        return struct.unpack("<d", struct.pack("<Q", rng.getrandbits(62)))[0]  # any finite bits
+    if kind == 3:
+        return round(rng.random(), rng.randint(0, 7))
+    if kind == 4:
+        return rng.choice([0.0, -0.0, 1.0, 1e21, 1e-7, 1e16, 9007199254740992.0, 5e-324, 1e-4])
+    return rng.uniform(-1e6, 1e6)
+
+
+def _random_value(rng: random.Random, depth: int = 0) -> object:
+    kind = rng.randrange(9 if depth < 4 else 6)
+    if kind == 0:
+        return None
+    if kind == 1:
+        return rng.random() < 0.5
+    if kind == 2:
+        return rng.randint(-(2**53), 2**53)
+    if kind == 3:
+        return _random_float(rng)
+    if kind in (4, 5):
+        return "".join(rng.choice(_ALPHABET) for _ in range(rng.randrange(6)))
+    if kind == 6:
+        return [_random_value(rng, depth + 1) for _ in range(rng.randrange(4))]
+    if kind == 7:
+        return tuple(_random_value(rng, depth + 1) for _ in range(rng.randrange(3)))
+    return {
+        "".join(rng.choice(_ALPHABET) for _ in range(rng.randrange(1, 4))): _random_value(
+            rng, depth + 1
+        )
+        for _ in range(rng.randrange(5))
+    }
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_fast_path_matches_reference_on_random_documents(seed: int) -> None:
+    rng = random.Random(seed)
+    for _ in range(200):
+        doc = _random_value(rng)
+        assert canonicalize(doc) == canonicalize_reference(doc), doc
+
+
+def test_fast_path_does_not_modify_its_input() -> None:
+    doc = {"a": [1.0, {"b": 2.0}], "c": (3.0, 1e21)}
+    before = repr(doc)
+    assert canonicalize(doc) == b'{"a":[1,{"b":2}],"c":[3,1e+21]}'
+    assert repr(doc) == before
