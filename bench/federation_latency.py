@@ -1,0 +1,353 @@
+"""Latency of a federated DISCOVER (two healthy peers) against a local-only one.
+
+    .venv/bin/python bench/federation_latency.py     # writes bench/results/federation.json
+
+Four real ``ans serve`` processes on loopback, all trusting one temporary
+governance key (``--governance-jwks``), every agent ACTIVATEd over the wire:
+
+* B and C: the MetaTool tools split in two alternating halves (~100 agents
+  each; tier 1, behavioral 0.9, zone:public, the published example tasks as
+  ``capabilities.examples``);
+* A_fed: 50 agents of the demo catalog (enterprise agents, another topic) and
+  ``--peer 2@B --peer 2@C``;
+* A_local: the same 50 agents, no peers.
+
+Every query is a MetaTool intent with ``limit`` 10 and ``governance_zone``
+zone:public. The zone is what keeps A under ``limit``: only 3 of A's 50
+agents are public (the off-topic catalog alone is not enough -- at the default
+capability floor of 0.05, 10 to 36 of A's 50 agents pass for these queries).
+So A_local answers with 0-3 results and A_fed forwards every query to both
+peers, verifies their signed answers, merges, re-ranks and re-signs. The
+script checks that (``federation_path`` names a peer, no ``warnings``, A_fed's
+audit log has one successful forward per peer per timed query, A_local never
+reaches ``limit``) and verifies the ES256 signature of every timed answer.
+
+This script is the client process: it sends the queries one at a time
+(concurrency 1) over one kept-alive HTTP/2 connection per server, alternating
+A_local and A_fed per query (and which goes first) so that noise hits both
+alike, and records wall-clock latency per request. A warm-up of 30 queries
+(not timed, not reused) precedes the timed pass. The timed queries are new to
+every server, so each server embeds each query once: the realistic case for
+distinct intents. A second pass over the same queries (query-embedding caches
+hot everywhere) is reported too, as ``cached_pass``.
+
+The machine this ran on is part of the measurement: with 2 cores, the 4
+servers and the client share them, so B and C answering "concurrently" are
+really time-sliced with each other and with A_fed. OPENBLAS_NUM_THREADS=1 is
+set for the servers (one request = one core). The JSON also records each
+server's CPU time per timed query (Linux /proc) and the load average, since
+anything else running on the machine shows up in the latencies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ans.governance.keys import SigningKey
+from ans.governance.signing import sign_document
+from metatool_eval import agent_docs  # bench/ is on sys.path when run as a script
+
+from ans.client import AgtpClient, verify_discover_result
+from ans.demo import demo_capabilities, demo_manifest, load_catalog
+from ans.launcher import RunningServer, start_server, stop_server
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "metatool" / "split.json"
+GOV_AGENT = "agtp://gov.bench.example/agents/platform"
+ASKER = "agtp://bench.example/agents/orchestrator"
+TARGET = 2.0
+A_AGENTS = 50
+WARMUP = 30
+
+
+# -- agents ----------------------------------------------------------------------------
+
+
+def metatool_agents(
+    data: dict[str, Any], descriptions: dict[str, str], tools: Sequence[str]
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(unsigned manifest, capability document) for the given MetaTool tools,
+    built exactly as the MetaTool harness builds them (with example tasks)."""
+    wanted = set(tools)
+    docs = agent_docs(data, descriptions, with_examples=True)
+    return [(manifest, caps) for tool, manifest, caps in docs if tool in wanted]
+
+
+def demo_agents(n: int) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    return [(demo_manifest(e), demo_capabilities(e)) for e in load_catalog()[:n]]
+
+
+def activate_all(
+    url: str, gov: SigningKey, agents: list[tuple[dict[str, Any], dict[str, Any]]]
+) -> None:
+    with AgtpClient(
+        url, agent_id=GOV_AGENT, principal_id="bench", scope="discovery:register"
+    ) as client:
+        for i, (manifest, caps) in enumerate(agents):
+            params = {"manifest": sign_document(manifest, gov, "signature"), "capabilities": caps}
+            resp = client.call("ACTIVATE", params, task_id=f"act-{i}")
+            if resp.status != 200:
+                raise RuntimeError(f"ACTIVATE on {url} failed: {resp.body}")
+
+
+# -- measuring -------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    s = sorted(values)
+    pos = (len(s) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def summary(ms: Sequence[float]) -> dict[str, float]:
+    return {
+        "p50": round(percentile(ms, 0.50), 3),
+        "p90": round(percentile(ms, 0.90), 3),
+        "p99": round(percentile(ms, 0.99), 3),
+        "mean": round(sum(ms) / len(ms), 3),
+    }
+
+
+Answer = tuple[float, dict[str, Any], dict[str, Any]]  # (ms, params, result)
+
+
+def timed_pass(
+    clients: dict[str, AgtpClient], queries: Sequence[str], base: dict[str, Any], tag: str
+) -> dict[str, list[Answer]]:
+    """Each query to A_local and A_fed, alternating which goes first."""
+    out: dict[str, list[Answer]] = {name: [] for name in clients}
+    names = list(clients)
+    for i, q in enumerate(queries):
+        params = {"intent": q, **base}
+        for name in names if i % 2 == 0 else names[::-1]:
+            t0 = time.perf_counter()
+            resp = clients[name].discover(params, task_id=f"{tag}-{i}")
+            ms = (time.perf_counter() - t0) * 1000.0
+            if resp.status != 200:
+                raise RuntimeError(f"{name}: DISCOVER failed: {resp.body}")
+            out[name].append((ms, params, resp.result))
+    return out
+
+
+def check_federated(answers: Sequence[Answer], peer_ids: set[str]) -> dict[str, Any]:
+    """Every answer went through federation, without warnings."""
+    both = 0
+    from_peers = 0
+    for _, params, result in answers:
+        path = result.get("federation_path")
+        if not path or not peer_ids.intersection(path[1:]):
+            raise AssertionError(f"not federated: {params['intent']!r} -> path {path}")
+        if result.get("warnings"):
+            raise AssertionError(f"federation warnings: {result['warnings']}")
+        both += peer_ids <= set(path)
+        from_peers += sum(1 for r in result["results"] if "provenance" in r)
+    return {
+        "answers": len(answers),
+        "path_names_both_peers": both,
+        "mean_results_from_peers": round(from_peers / len(answers), 3),
+    }
+
+
+def audit_forwards(data_dir: Path, task_prefix: str) -> dict[str, dict[str, int]]:
+    """Per peer URL: federation_forward outcomes for tasks with this prefix."""
+    out: dict[str, dict[str, int]] = {}
+    with open(data_dir / "audit.jsonl", "rb") as fh:
+        for line in fh:
+            rec = json.loads(line)
+            if rec.get("event") != "federation_forward":
+                continue
+            if not str(rec.get("task_id", "")).startswith(task_prefix):
+                continue
+            per = out.setdefault(rec["peer"], {})
+            per[rec["outcome"]] = per.get(rec["outcome"], 0) + 1
+    return out
+
+
+def kid_of(url: str) -> str:
+    with AgtpClient(url, agent_id=ASKER, principal_id="bench", scope="discovery:query") as c:
+        keys = c.jwks()["keys"]
+    return str(keys[0]["kid"])
+
+
+def verify_all(answers: Sequence[Answer], jwks: dict[str, Any]) -> int:
+    for _, params, result in answers:
+        verify_discover_result(result, jwks, params)
+    return len(answers)
+
+
+def cpu_ms(pid: int) -> float | None:
+    """User + system CPU time of a process (Linux /proc), in ms; None elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) * 1000.0 / os.sysconf("SC_CLK_TCK")
+
+
+def figures(runs: dict[str, list[Answer]]) -> dict[str, Any]:
+    local = summary([a[0] for a in runs["A_local"]])
+    fed = summary([a[0] for a in runs["A_fed"]])
+    return {
+        "local_ms": local,
+        "federated_ms": fed,
+        "ratio_p50": round(fed["p50"] / local["p50"], 3),
+    }
+
+
+# -- main ------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--data", type=Path, default=DEFAULT_DATA, help="MetaTool split.json (+ plugin_des.json)"
+    )
+    ap.add_argument("--queries", type=int, default=200, help="timed queries")
+    ap.add_argument("--limit", type=int, default=10, help="DISCOVER limit")
+    ap.add_argument("--zone", default="zone:public", help="DISCOVER governance_zone")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "federation.json")
+    args = ap.parse_args(argv)
+    if not args.data.is_file():
+        sys.exit(f"federation_latency: {args.data} not found (use --data)")
+    data = json.loads(args.data.read_text(encoding="utf-8"))
+    descriptions = json.loads(args.data.with_name("plugin_des.json").read_text(encoding="utf-8"))
+    tools = sorted(data["examples"])
+    agents = {
+        "B": metatool_agents(data, descriptions, tools[0::2]),
+        "C": metatool_agents(data, descriptions, tools[1::2]),
+        "A": demo_agents(A_AGENTS),
+    }
+    pool = [q for q, _ in data["eval_single"]]
+    step = max(1, len(pool) // (WARMUP + args.queries))
+    chosen = pool[::step][: WARMUP + args.queries]
+    warmup, queries = chosen[:WARMUP], chosen[WARMUP:]
+
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"  # inherited by the servers
+    gov = SigningKey.generate()
+    servers: dict[str, RunningServer] = {}
+    clients: dict[str, AgtpClient] = {}
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="ans-fedbench-") as tmp:
+        jwks_file = Path(tmp) / "gov.jwks.json"
+        jwks_file.write_text(json.dumps({"keys": [gov.public.jwk()]}), encoding="utf-8")
+        common = ("--governance-jwks", str(jwks_file), "--log-level", "warning")
+        try:
+            for name in ("B", "C", "A_local"):
+                servers[name] = start_server(Path(tmp) / name, *common)
+            peers = [f"2@{servers[p].url}" for p in ("B", "C")]
+            servers["A_fed"] = start_server(
+                Path(tmp) / "A_fed", *common, "--peer", peers[0], "--peer", peers[1]
+            )
+            for name, srv in servers.items():
+                activate_all(srv.url, gov, agents[name[0]])
+            for name in ("A_local", "A_fed"):
+                clients[name] = AgtpClient(
+                    servers[name].url,
+                    agent_id=ASKER,
+                    principal_id="bench",
+                    scope="discovery:query",
+                )
+            setup_s = time.perf_counter() - started
+
+            base = {"limit": args.limit, "governance_zone": args.zone}
+            timed_pass(clients, warmup, base, "warm")
+            load_before = os.getloadavg()[0]
+            cpu0 = {name: cpu_ms(srv.proc.pid) for name, srv in servers.items()}
+            first = timed_pass(clients, queries, base, "timed")
+            cpu1 = {name: cpu_ms(srv.proc.pid) for name, srv in servers.items()}
+            load_after = os.getloadavg()[0]
+            cached = timed_pass(clients, queries, base, "cached")
+
+            peer_ids = {kid_of(servers[p].url) for p in ("B", "C")}
+            fed_check = check_federated(first["A_fed"] + cached["A_fed"], peer_ids)
+            forwards = audit_forwards(servers["A_fed"].data_dir, "timed-")
+            for p in ("B", "C"):
+                ok = forwards.get(servers[p].url, {})
+                if ok != {"ok": len(queries)}:
+                    raise AssertionError(f"A_fed forwards to {p}: {ok}")
+            local_hits = [r["returned"] for _, _, r in first["A_local"] + cached["A_local"]]
+            if max(local_hits) >= args.limit:
+                raise AssertionError(f"A_local returned {max(local_hits)} >= limit results")
+            verified = 0
+            for name in ("A_local", "A_fed"):
+                jwks = clients[name].jwks()
+                verified += verify_all(first[name] + cached[name], jwks)
+        finally:
+            for c in clients.values():
+                c.close()
+            for srv in servers.values():
+                stop_server(srv)
+
+    main_figs = figures(first)
+    report: dict[str, Any] = {
+        "command": ".venv/bin/python bench/federation_latency.py",
+        "machine": {
+            "platform": platform.platform(),
+            "machine": platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "python": platform.python_version(),
+            "note": "4 servers and the client share these cores",
+        },
+        "agents": {name: len(agents[name[0]]) for name in ("A_local", "A_fed", "B", "C")},
+        "peers": "A_fed: --peer 2@B --peer 2@C (httpx HTTP/2, h2c)",
+        "queries": {
+            "source": f"MetaTool eval_single, every {step}th (first {WARMUP} warm-up only)",
+            "warmup": len(warmup),
+            "timed": len(queries),
+            "limit": args.limit,
+            "governance_zone": args.zone,
+            "concurrency": 1,
+            "order": "interleaved per query, alternating which server goes first",
+            "max_local_results_on_A": max(local_hits),
+            "mean_local_results_on_A": round(sum(local_hits) / len(local_hits), 3),
+        },
+        **main_figs,
+        "target_ratio": TARGET,
+        "met": main_figs["ratio_p50"] <= TARGET,
+        "cached_pass": figures(cached),
+        "federation": {
+            **fed_check,
+            "forwards_per_peer_timed_pass": {p: forwards[servers[p].url] for p in ("B", "C")},
+        },
+        "signatures_verified": verified,
+        "server_cpu_ms_per_query_first_pass": {
+            name: None if a is None or b is None else round((b - a) / len(queries), 2)
+            for name, (a, b) in ((n, (cpu0[n], cpu1[n])) for n in servers)
+        },
+        "load_average_1min": {"before": load_before, "after": load_after},
+        "setup_seconds": round(setup_s, 1),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
+    for label, figs in (("first pass", main_figs), ("cached pass", report["cached_pass"])):
+        lo, fe = figs["local_ms"], figs["federated_ms"]
+        print(
+            f"{label:12s} local p50 {lo['p50']:.2f} p90 {lo['p90']:.2f} p99 {lo['p99']:.2f} ms | "
+            f"federated p50 {fe['p50']:.2f} p90 {fe['p90']:.2f} p99 {fe['p99']:.2f} ms | "
+            f"ratio {figs['ratio_p50']:.2f}x"
+        )
+    print(
+        f"target <= {TARGET}x: {'met' if report['met'] else 'NOT met'}; "
+        f"{fed_check['mean_results_from_peers']} results from peers per federated answer, "
+        f"{fed_check['path_names_both_peers']}/{fed_check['answers']} paths name both peers, "
+        f"{verified} signatures verified"
+    )
+    print(f"written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
