@@ -23,7 +23,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check ans protocol governance federation tests
+	$(BIN)/ruff check ans protocol governance federation tests bench
 	$(BIN)/mypy ans protocol governance federation
 
 clean:
