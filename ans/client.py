@@ -16,7 +16,7 @@ import httpx
 import orjson
 
 from ans.governance.keys import TrustedKeys
-from ans.governance.signing import verify_document
+from ans.governance.signing import RESULT_SIGNATURE_FIELD, verify_document
 from ans.protocol.errors import AgtpError
 from ans.protocol.messages import AGTP_VERSION, CONTENT_TYPE, query_digest
 
@@ -116,7 +116,7 @@ def verify_discover_result(
     result: Mapping[str, Any], jwks: Mapping[str, Any], parameters: Mapping[str, Any] | None = None
 ) -> str:
     """Return the signing kid, or raise AgtpError/KeyError_ if anything is off."""
-    kid = verify_document(result, TrustedKeys.from_jwks(jwks), "ans_signature")
+    kid = verify_document(result, TrustedKeys.from_jwks(jwks), RESULT_SIGNATURE_FIELD)
     if parameters is not None and result.get("query_digest") != query_digest(parameters):
         raise AgtpError("query_digest does not match the parameters sent", code="digest_mismatch")
     return str(kid)

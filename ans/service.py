@@ -32,7 +32,12 @@ from ans.governance.policy import (
     passes_gates,
     require_scope,
 )
-from ans.governance.signing import KeyLookup, sign_document, signature_object
+from ans.governance.signing import (
+    RESULT_SIGNATURE_FIELD,
+    KeyLookup,
+    sign_document,
+    signature_object,
+)
 from ans.protocol.errors import AgtpError, MissingHeader, NotFound
 from ans.protocol.jcs import canonicalize
 from ans.protocol.messages import (
@@ -49,8 +54,6 @@ from .store import RegistryStore, StoredAgent
 
 Clock = Callable[[], datetime]
 log = structlog.get_logger("ans")
-
-RESULT_SIGNATURE_FIELD = "ans_signature"
 
 
 def utc_now() -> datetime:

@@ -74,14 +74,12 @@ class Plan:
     peers: tuple[tuple[int, Peer], ...]
     deadline: float
     path: tuple[str, ...]  # the path we send: the incoming one plus us
-    reason: str = ""
 
 
 @dataclass
 class Gathered:
     candidates: list[Candidate] = field(default_factory=list)
     warnings: list[dict[str, str]] = field(default_factory=list)
-    peers_asked: int = 0
 
 
 class Federator:
@@ -114,19 +112,20 @@ class Federator:
     def plan(self, req: DiscoverRequest, local_matches: int) -> Plan:
         s = self.settings
         incoming = req.federation_path
+        stay = Plan((), 0.0, incoming)  # answer locally
         if not self.peers or local_matches >= req.params.limit:
-            return Plan((), 0.0, incoming, "enough local results" if self.peers else "no peers")
+            return stay
         if self.self_id in incoming:
             log.debug("federation loop: answering locally", path=list(incoming))
-            return Plan((), 0.0, incoming, "already on the federation path")
+            return stay
         if len(incoming) + 1 > s.max_hops:
-            return Plan((), 0.0, incoming, f"hop limit {s.max_hops} reached")
+            return stay
         deadline = s.deadline
         if req.federation_budget_ms is not None:
             # Leave the forwarding ANS time to merge: answer in 80% of its budget.
             deadline = min(deadline, req.federation_budget_ms / 1000.0 * 0.8 - 0.02)
         if deadline < MIN_BUDGET:
-            return Plan((), 0.0, incoming, "no time budget left")
+            return stay
         on_path = set(incoming)
         tier_cap = max_tier(req.params)
         eligible = tuple(
@@ -137,12 +136,12 @@ class Federator:
             and not on_path.intersection(self.keys.cached_kids(p))
         )
         if not eligible:
-            return Plan((), 0.0, incoming, "no eligible peer")
+            return stay
         return Plan(eligible, deadline, (*incoming, self.self_id))
 
     # -- asking ------------------------------------------------------------------------
     async def gather(self, req: DiscoverRequest, plan: Plan) -> Gathered:
-        out = Gathered(peers_asked=len(plan.peers))
+        out = Gathered()
         if not plan.peers:
             return out
         body = orjson.dumps(
@@ -176,17 +175,16 @@ class Federator:
                     f"no answer within the federation deadline of {plan.deadline:.3f}s",
                     "peer_timeout",
                 ),
-                0.0,
             )
         for task in done:
             peer = tasks[task]
             exc = task.exception()
             if exc is not None:
                 if isinstance(exc, PeerError):
-                    self._fail(out, req, peer, exc, 0.0)
+                    self._fail(out, req, peer, exc)
                 else:  # a bug must not fail the caller's request
                     log.error("federation task failed", peer=peer.name, error=repr(exc))
-                    self._fail(out, req, peer, PeerError("internal error", "peer_error"), 0.0)
+                    self._fail(out, req, peer, PeerError("internal error", "peer_error"))
                 continue
             answer, elapsed = task.result()
             self._accept(out, req, answer, elapsed)
@@ -252,9 +250,7 @@ class Federator:
             return verify_result(peer, index, result, fresh, expect)
 
     # -- outcomes ------------------------------------------------------------------------
-    def _fail(
-        self, out: Gathered, req: DiscoverRequest, peer: Peer, exc: PeerError, elapsed: float
-    ) -> None:
+    def _fail(self, out: Gathered, req: DiscoverRequest, peer: Peer, exc: PeerError) -> None:
         if exc.code == "peer_on_path":  # a loop we avoided, not a failure
             log.info("federation: peer already on the path, not asked", peer=peer.name)
             return

@@ -21,7 +21,7 @@ from typing import Any
 from ans.governance.audit import rfc3339
 from ans.governance.keys import TrustedKeys
 from ans.governance.policy import ZonePolicy, max_tier
-from ans.governance.signing import verify_document
+from ans.governance.signing import RESULT_SIGNATURE_FIELD, verify_document
 from ans.protocol import jsonstrict
 from ans.protocol.errors import AgtpError, UnknownSigningKey
 from ans.protocol.messages import ANS_ID_RE, MAX_FEDERATION_PATH, DiscoverParams, Identity
@@ -29,7 +29,6 @@ from ans.protocol.messages import ANS_ID_RE, MAX_FEDERATION_PATH, DiscoverParams
 from .peers import Peer
 from .transport import PeerError, PeerReply
 
-RESULT_SIGNATURE_FIELD = "ans_signature"
 MAX_ENTRY_FIELDS = 64
 # Fields the merging ANS sets itself; a peer's values for them are not kept.
 REPLACED_FIELDS = ("rank", "rank_score", "provenance")

@@ -18,6 +18,8 @@ from ans.protocol.jcs import canonicalize
 from .keys import PublicKey, SigningKey, b64url, b64url_decode
 
 ALGORITHM = "ES256"
+# The field of a DISCOVER result that carries the ANS signature over the rest.
+RESULT_SIGNATURE_FIELD = "ans_signature"
 MAX_JWS_LEN = 2048
 
 
