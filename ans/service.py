@@ -139,6 +139,10 @@ class AnsService:
         self.zones = ZonePolicy.of(config.restricted_zones)
         self._registry: dict[str, AgentEntry] = {}
         self._gate_counts: Counter[tuple[str, int]] = Counter()
+        # Availability signals (discovery draft 6.2): canonical_id -> reason
+        # ("suspended", "at_capacity", "not_responding", ...) for indexed
+        # agents that are Active but should not be routed to right now.
+        self._unavailable: dict[str, str] = {}
         self._lock = threading.RLock()
         self._activate_lock = threading.Lock()
         self.manifest = self._own_manifest()
@@ -158,6 +162,19 @@ class AnsService:
     def __len__(self) -> int:
         return len(self._registry)
 
+    # -- availability ------------------------------------------------------------------
+    def mark_availability(self, canonical_id: str, reason: str | None) -> None:
+        """Mark an indexed agent unavailable (with a reason) or available (None)."""
+        with self._lock:
+            if reason is None:
+                self._unavailable.pop(canonical_id, None)
+            elif canonical_id in self._registry:
+                self._unavailable[canonical_id] = reason
+
+    def unavailable_reason(self, canonical_id: str) -> str | None:
+        """Why an indexed agent should not be routed to now, or None if it may be."""
+        return self._unavailable.get(canonical_id)
+
     def _index_entry(self, entry: AgentEntry) -> None:
         """Put an entry in the registry (caller holds the lock), keeping the
         per-(zone, tier) counts that bound how many agents could pass the gates."""
@@ -166,6 +183,18 @@ class AnsService:
             self._gate_counts[(old.governance_zone, old.trust_tier)] -= 1
         self._registry[entry.canonical_id] = entry
         self._gate_counts[(entry.governance_zone, entry.trust_tier)] += 1
+
+    def _unindex(self, canonical_id: str) -> AgentEntry | None:
+        """Take an agent out of the registry, the gate counts, the availability
+        marks and the capability index (caller holds the lock). The store row
+        is the caller's business."""
+        old = self._registry.pop(canonical_id, None)
+        if old is None:
+            return None
+        self._gate_counts[(old.governance_zone, old.trust_tier)] -= 1
+        self._unavailable.pop(canonical_id, None)
+        self.matcher.remove(canonical_id)
+        return old
 
     def _gate_bound(self, req: DiscoverRequest) -> int:
         """An upper bound on the local agents that can pass the gates (zone, tier,
