@@ -1,6 +1,7 @@
 """The ASGI application served by hypercorn (HTTP/2, h2c, HTTP/1.1).
 
-Routes an AGTP method (``:method DISCOVER`` on any path, or ``POST /agtp``
+Routes an AGTP method (``DISCOVER``, ``DESCRIBE``, ``ACTIVATE``,
+``LIFECYCLE``; as ``:method DISCOVER`` on any path, or ``POST /agtp``
 with ``AGTP-Method``) to :class:`AnsService`, plus ``GET
 /.well-known/jwks.json`` and ``GET /healthz``. Every failure becomes a typed
 AGTP error body; unexpected exceptions become a 500 with no traceback on the
@@ -30,6 +31,7 @@ from ans.protocol.messages import (
     parse_activate,
     parse_describe,
     parse_discover,
+    parse_lifecycle,
     task_id_hint,
 )
 from ans.protocol.status import AGTP_SPECIFIC
@@ -98,6 +100,10 @@ class AnsApp:
             areq = parse_activate(headers, body, svc.limits)
             result = await asyncio.to_thread(svc.activate, areq)
             return 200, {"status": 200, "task_id": areq.task_id, "result": result}
+        if method == "LIFECYCLE":
+            lreq = parse_lifecycle(headers, body, svc.limits)
+            result = await asyncio.to_thread(svc.lifecycle, lreq)
+            return 200, {"status": 200, "task_id": lreq.task_id, "result": result}
         raise UnsupportedMethod(
             f"method {method[:32]!r} is not served here; supported: {', '.join(SUPPORTED_METHODS)}"
         )

@@ -1,6 +1,6 @@
-"""The ``ans`` command line: serve, discover, activate, and governance
-helpers (keygen, sign-manifest) so operators and tests can act as a
-governance platform.
+"""The ``ans`` command line: serve, discover, activate, lifecycle events,
+audit-log verification, and governance helpers (keygen, sign-manifest) so
+operators and tests can act as a governance platform.
 """
 
 from __future__ import annotations
@@ -97,6 +97,29 @@ def _parser() -> argparse.ArgumentParser:
     sm.add_argument("--key", type=Path, required=True)
     sm.add_argument("--kid", help="key id, if the JWKS used a custom one")
     sm.add_argument("--out", type=Path, help="output file (default stdout)")
+
+    lc = sub.add_parser(
+        "lifecycle",
+        help="send a governance-signed lifecycle event (suspend, revoke, deprecate, reinstate)",
+    )
+    lc.add_argument("event", choices=["suspend", "revoke", "deprecate", "reinstate"])
+    lc.add_argument("canonical_id", help="the agent's canonical id")
+    lc.add_argument(
+        "--governance-key", type=Path, required=True, help="governance private key PEM"
+    )
+    lc.add_argument("--kid", help="key id, if the JWKS used a custom one")
+    lc.add_argument("--reason", help="reason code or text (kept in the audit log)")
+    lc.add_argument("--successor", help="successor_agent canonical id (deprecate only)")
+    lc.add_argument("--event-id", help="event id (default: a fresh random one)")
+    _add_identity(lc, "discovery:register")
+
+    au = sub.add_parser("audit", help="audit log tools")
+    ausub = au.add_subparsers(dest="audit_command", required=True)
+    av = ausub.add_parser(
+        "verify", help="check the audit log's hash chain (exit 0 only if intact)"
+    )
+    av.add_argument("--data-dir", type=Path, default=Path("ans-data"))
+    av.add_argument("--file", type=Path, help="audit log path (default DATA_DIR/audit.jsonl)")
     return ap
 
 
@@ -109,6 +132,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_discover(args)
         if args.command == "activate":
             return cmd_activate(args)
+        if args.command == "lifecycle":
+            return cmd_lifecycle(args)
+        if args.command == "audit":
+            return cmd_audit_verify(args)
         if args.command == "governance" and args.gov_command == "keygen":
             return cmd_keygen(args)
         return cmd_sign(args)
@@ -282,6 +309,64 @@ def cmd_activate(args: argparse.Namespace) -> int:
     if resp.status != 200:
         return _print_error(resp)
     print(json.dumps(resp.result, indent=2))
+    return 0
+
+
+def cmd_lifecycle(args: argparse.Namespace) -> int:
+    import uuid
+    from datetime import UTC, datetime
+
+    import httpx
+
+    from ans.governance.keys import SigningKey
+    from ans.governance.lifecycle import make_event
+    from ans.protocol.errors import AgtpError
+
+    key = SigningKey.from_pem(args.governance_key.read_bytes(), args.kid)
+    try:
+        event = make_event(
+            args.event.upper(),
+            args.canonical_id,
+            key,
+            datetime.now(UTC),
+            event_id=args.event_id or f"evt-{uuid.uuid4().hex}",
+            reason=args.reason,
+            successor_agent=args.successor,
+        )
+    except AgtpError as exc:
+        print(f"ans: {exc.message}", file=sys.stderr)
+        return 2
+    try:
+        with _client(args) as client:
+            resp = client.call("LIFECYCLE", {"event": event}, task_id="task-cli-lifecycle")
+    except httpx.HTTPError as exc:
+        print(f"ans: cannot reach {args.server}: {exc}", file=sys.stderr)
+        return 2
+    if resp.status != 200:
+        return _print_error(resp)
+    print(json.dumps(resp.result, indent=2))
+    return 0
+
+
+def cmd_audit_verify(args: argparse.Namespace) -> int:
+    from ans.governance.audit import ChainBreak, check_chain
+
+    path = args.file or args.data_dir / "audit.jsonl"
+    if not path.exists():
+        print(f"ans: no audit log at {path}", file=sys.stderr)
+        return 2
+    with open(path, "rb") as fh:
+        outcome = check_chain(fh)
+    if isinstance(outcome, ChainBreak):
+        print(
+            f"audit log {path}: BROKEN at line {outcome.line}: {outcome.kind}: {outcome.reason}",
+            file=sys.stderr,
+        )
+        return 1
+    print(
+        f"audit log {path}: intact, {outcome.records} records; "
+        f"head seq {outcome.seq} sha256 {outcome.hash}"
+    )
     return 0
 
 

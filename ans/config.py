@@ -54,6 +54,10 @@ class Config:
     governance_jwks: tuple[Path, ...] = ()
     restricted_zones: tuple[str, ...] = ()
     audit_fsync: bool = False
+    # Lifecycle events older than this (s) or issued further than the skew
+    # (s) in the future are refused (409 stale_event).
+    lifecycle_max_age: float = 86400.0
+    lifecycle_max_skew: float = 300.0
     # [discovery]
     default_limit: int = 10
     max_limit: int = 100
@@ -90,6 +94,8 @@ class Config:
             or abs(w.trust_tier + w.behavioral_trust + w.capability_match - 1.0) > 1e-9
         ):
             raise ConfigError("ranking weights must be non-negative and sum to 1")
+        if not (0 < self.lifecycle_max_skew <= 3600 and 60 <= self.lifecycle_max_age):
+            raise ConfigError("need 0 < lifecycle_max_skew <= 3600 and lifecycle_max_age >= 60")
         for z in self.restricted_zones:
             if not z.startswith("zone:"):
                 raise ConfigError(f"restricted zone {z!r} must look like 'zone:name'")
@@ -112,7 +118,13 @@ _SECTIONS = {
         "governance_zone",
         "principal_org",
     },
-    "governance": {"governance_jwks", "restricted_zones", "audit_fsync"},
+    "governance": {
+        "governance_jwks",
+        "restricted_zones",
+        "audit_fsync",
+        "lifecycle_max_age",
+        "lifecycle_max_skew",
+    },
     "discovery": {"default_limit", "max_limit", "min_capability_match", "max_body_bytes"},
     "logging": {"log_level", "log_format"},
 }

@@ -14,8 +14,8 @@ import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
@@ -23,6 +23,14 @@ import structlog
 from ans.federation.federator import Federator, Gathered, Ranked, merge, result_path
 from ans.governance.audit import AuditLog, rfc3339
 from ans.governance.keys import SigningKey
+from ans.governance.lifecycle import (
+    ACTIVE,
+    RETIRED,
+    SUSPENDED,
+    check_manifest_freshness,
+    check_transition,
+    verify_event,
+)
 from ans.governance.manifest import validate_capabilities, verify_manifest
 from ans.governance.policy import (
     DISCOVERY_QUERY,
@@ -38,19 +46,29 @@ from ans.governance.signing import (
     sign_document,
     signature_object,
 )
-from ans.protocol.errors import AgtpError, MissingHeader, NotFound
+from ans.protocol.errors import (
+    AgtpError,
+    Conflict,
+    Gone,
+    MissingHeader,
+    NotFound,
+    SignatureInvalid,
+    Unavailable,
+    UnknownSigningKey,
+)
 from ans.protocol.jcs import canonicalize
 from ans.protocol.messages import (
     ActivateRequest,
     DescribeRequest,
     DiscoverRequest,
+    LifecycleRequest,
     Limits,
 )
 
 from .config import Config
 from .matcher import CapabilityMatcher, profile_from
 from .ranking import rank_score, sort_key
-from .store import RegistryStore, StoredAgent
+from .store import EventRecord, RegistryStore, StoredAgent, Tombstone
 
 Clock = Callable[[], datetime]
 log = structlog.get_logger("ans")
@@ -143,15 +161,36 @@ class AnsService:
         # ("suspended", "at_capacity", "not_responding", ...) for indexed
         # agents that are Active but should not be routed to right now.
         self._unavailable: dict[str, str] = {}
+        # Agents that must never be served, not even from a peer: Suspended
+        # ones and tombstoned (Revoked/Deprecated) canonical ids -> state.
+        self._withdrawn: dict[str, str] = {}
         self._lock = threading.RLock()
         self._activate_lock = threading.Lock()
         self.manifest = self._own_manifest()
 
     # -- start-up -------------------------------------------------------------------
     def load(self) -> int:
-        """Rebuild the registry and the capability index from the store."""
+        """Rebuild the registry and the capability index from the store.
+
+        An Active agent whose manifest was signed by a governance key that is
+        no longer trusted is not indexed (it stays in the store, and comes
+        back if the key is trusted again)."""
         n = 0
+        self._withdrawn = self.store.withdrawn()
         for agent in self.store.iter_active():
+            if self.governance_keys.get(agent.signer_kid) is None:
+                self.audit.record(
+                    "deindexed",
+                    reason="signing_key_removed",
+                    canonical_id=agent.canonical_id,
+                    signer_kid=agent.signer_kid,
+                )
+                log.warning(
+                    "agent not indexed: its governance key is no longer trusted",
+                    canonical_id=agent.canonical_id,
+                    signer_kid=agent.signer_kid,
+                )
+                continue
             entry = AgentEntry.from_stored(agent)
             self.matcher.upsert(profile_from(agent.manifest, agent.capabilities))
             with self._lock:
@@ -305,7 +344,9 @@ class AnsService:
             # Only the local top `limit` can survive the cut, so only they are built.
             merged = merge(
                 top,
-                self._registry.__contains__,  # any locally indexed agent wins
+                # Any locally indexed agent wins; a locally Suspended or
+                # tombstoned one is never taken from a peer either.
+                lambda cid: cid in self._registry or cid in self._withdrawn,
                 gathered.candidates,
                 lambda tier, behavioral, cms: rank_score(weights, tier, behavioral, cms),
             )
@@ -333,7 +374,11 @@ class AnsService:
 
     # -- ACTIVATE ---------------------------------------------------------------------
     def activate(self, req: ActivateRequest) -> dict[str, Any]:
-        """Verify, persist durably, then index. Nothing is stored on any failure."""
+        """Verify, persist durably, then index. Nothing is stored on any failure.
+
+        Re-ACTIVATE with the stored manifest is idempotent; an older one is
+        409 ``stale_metadata``; a tombstoned id is 410 ``agent_retired``; a
+        Suspended agent comes back only through REINSTATE (409)."""
         require_scope(
             req.identity,
             DISCOVERY_REGISTER,
@@ -342,8 +387,7 @@ class AnsService:
             audit=self.audit,
         )
         try:
-            validate_capabilities(req.capabilities)
-            verified = verify_manifest(req.manifest, self.governance_keys)
+            return self._activate(req)
         except AgtpError as exc:
             self.audit.record(
                 "activation_refused",
@@ -357,27 +401,71 @@ class AnsService:
                 reason=exc.message,
             )
             raise
+
+    def _admissible(
+        self, cid: str, manifest: dict[str, Any], caps: dict[str, Any]
+    ) -> tuple[StoredAgent | None, bool]:
+        """The stored record and whether this ACTIVATE changes nothing; raises
+        when the registration may not be (re)activated."""
+        tomb = self.store.tombstone(cid)
+        if tomb is not None:
+            raise Gone(
+                f"agent {cid[:80]} is {tomb.state} (event {tomb.event_id}); "
+                "its canonical id is retired and cannot be activated again",
+                code="agent_retired",
+            )
+        previous = self.store.get(cid)
+        if previous is None:
+            return None, False
+        if previous.lifecycle_state == SUSPENDED:
+            raise Conflict(
+                f"agent {cid[:80]} is Suspended; the governance platform must REINSTATE it",
+                code="agent_suspended",
+            )
+        same = check_manifest_freshness(manifest, previous.manifest)
+        unchanged = (
+            same
+            and previous.capabilities == caps
+            and previous.lifecycle_state == ACTIVE
+            and cid in self._registry
+        )
+        return previous, unchanged
+
+    def _activate(self, req: ActivateRequest) -> dict[str, Any]:
+        validate_capabilities(req.capabilities)
+        try:
+            verified = verify_manifest(req.manifest, self.governance_keys)
+        except UnknownSigningKey as exc:
+            self._explain_removed_key(req.manifest, exc)
+            raise
         manifest = verified.manifest
         cid = manifest["canonical_id"]
+        _, unchanged = self._admissible(cid, manifest, req.capabilities)
         profile = profile_from(manifest, req.capabilities)
-        vectors = self.matcher.embed_profile(profile)
+        vectors = None if unchanged else self.matcher.embed_profile(profile)
         now = rfc3339(self.clock())
-        with self._activate_lock:
-            previous = self.store.get(cid)
-            stored = StoredAgent(
-                canonical_id=cid,
-                manifest=manifest,
-                capabilities=req.capabilities,
-                lifecycle_state="Active",
-                signer_kid=verified.signer_kid,
-                registered_at=previous.registered_at if previous else now,
-                updated_at=now,
-            )
-            self.store.upsert(stored)  # durable (WAL, synchronous=FULL) before we answer
-            entry = AgentEntry.from_stored(stored)
-            with self._lock:
-                self.matcher.upsert(profile, vectors)
-                self._index_entry(entry)
+        with self._activate_lock:  # serialises ACTIVATE and lifecycle events
+            previous, unchanged = self._admissible(cid, manifest, req.capabilities)
+            if unchanged:
+                assert previous is not None
+                stored = previous
+            else:
+                stored = StoredAgent(
+                    canonical_id=cid,
+                    manifest=manifest,
+                    capabilities=req.capabilities,
+                    lifecycle_state=ACTIVE,
+                    signer_kid=verified.signer_kid,
+                    registered_at=previous.registered_at if previous else now,
+                    updated_at=now,
+                )
+                self.store.upsert(stored)  # durable (WAL, synchronous=FULL) before we answer
+                if vectors is None:
+                    vectors = self.matcher.embed_profile(profile)
+                entry = AgentEntry.from_stored(stored)
+                with self._lock:
+                    self.matcher.upsert(profile, vectors)
+                    self._index_entry(entry)
         self.audit.record(
             "activation",
             status=200,
@@ -387,22 +475,189 @@ class AnsService:
             task_id=req.task_id,
             canonical_id=cid,
             signer_kid=verified.signer_kid,
-            trust_tier=entry.trust_tier,
-            governance_zone=entry.governance_zone,
-            replaced=previous is not None,
+            trust_tier=int(manifest["trust_tier"]),
+            governance_zone=manifest["governance_zone"],
+            replaced=previous is not None and not unchanged,
+            unchanged=unchanged,
         )
         log.info(
             "agent activated",
             canonical_id=cid,
-            label=entry.fields["agent_label"],
+            label=manifest["agent_label"],
             replaced=previous is not None,
+            unchanged=unchanged,
         )
         return {
             "canonical_id": cid,
-            "lifecycle_state": "Active",
+            "lifecycle_state": ACTIVE,
             "indexed": True,
+            "unchanged": unchanged,
             "registered_at": stored.registered_at,
-            "updated_at": now,
+            "updated_at": stored.updated_at,
+        }
+
+    def _explain_removed_key(self, manifest: dict[str, Any], exc: UnknownSigningKey) -> None:
+        """An unknown key that once signed this agent's stored manifest was
+        removed from the trusted set: say so (401 signing_key_removed)."""
+        cid = manifest.get("canonical_id")
+        sig = manifest.get("signature")
+        kid = sig.get("key_id") if isinstance(sig, dict) else None
+        previous = self.store.get(cid) if isinstance(cid, str) else None
+        if previous is not None and kid == previous.signer_kid:
+            raise SignatureInvalid(
+                f"manifest is signed by governance key {str(kid)[:80]!r}, which signed this "
+                "agent before but is no longer trusted",
+                code="signing_key_removed",
+            ) from exc
+
+    # -- lifecycle events (SUSPEND / REINSTATE / REVOKE / DEPRECATE) ---------------------
+    def lifecycle(self, req: LifecycleRequest) -> dict[str, Any]:
+        """Apply a governance-signed lifecycle event. The agent leaves (or
+        re-enters) the index before this returns; Revoked and Deprecated ids
+        are tombstoned. A replayed event (same event_id) changes nothing."""
+        require_scope(
+            req.identity,
+            DISCOVERY_REGISTER,
+            method="LIFECYCLE",
+            task_id=req.task_id,
+            audit=self.audit,
+        )
+        try:
+            result, record = self._lifecycle(req)
+        except AgtpError as exc:
+            self.audit.record(
+                "lifecycle_refused",
+                status=exc.status,
+                code=exc.code,
+                method="LIFECYCLE",
+                agent_id=req.identity.agent_id,
+                principal_id=req.identity.principal_id,
+                task_id=req.task_id,
+                lifecycle=str(req.event.get("event"))[:32],
+                event_id=str(req.event.get("event_id"))[:128],
+                canonical_id=str(req.event.get("canonical_id"))[:256],
+                reason=exc.message,
+            )
+            raise
+        self.audit.record(
+            "lifecycle_event",
+            status=200,
+            method="LIFECYCLE",
+            agent_id=req.identity.agent_id,
+            principal_id=req.identity.principal_id,
+            task_id=req.task_id,
+            lifecycle=record.event,
+            event_id=record.event_id,
+            canonical_id=record.canonical_id,
+            issued_at=record.issued_at,
+            signer_kid=record.signer_kid,
+            state_before=record.state_before,
+            state_after=record.state_after,
+            replayed=result["replayed"],
+            reason=record.document.get("reason"),
+        )
+        log.info(
+            "lifecycle event",
+            lifecycle_event=record.event,
+            canonical_id=record.canonical_id,
+            state=record.state_after,
+            replayed=result["replayed"],
+        )
+        return result
+
+    def _lifecycle(self, req: LifecycleRequest) -> tuple[dict[str, Any], EventRecord]:
+        c = self.config
+        now_dt = self.clock()
+        ev = verify_event(
+            req.event,
+            self.governance_keys,
+            now_dt,
+            max_age=timedelta(seconds=c.lifecycle_max_age),
+            max_skew=timedelta(seconds=c.lifecycle_max_skew),
+        )
+        cid = ev.canonical_id
+        issued = ev.issued_at.astimezone(UTC).isoformat(timespec="microseconds")
+        now = rfc3339(now_dt)
+        with self._activate_lock:
+            seen = self.store.get_event(ev.event_id)
+            if seen is not None:
+                if seen.canonical_id != cid or seen.event != ev.event or seen.issued_at != issued:
+                    raise Conflict(
+                        f"event_id {ev.event_id[:80]} was already used for another event",
+                        code="stale_event",
+                    )
+                return self._lifecycle_result(seen, replayed=True), seen
+            stored = self.store.get(cid)
+            tomb = self.store.tombstone(cid)
+            current = tomb.state if tomb else (stored.lifecycle_state if stored else None)
+            check_transition(ev.event, current, cid)
+            last = self.store.last_event(cid)
+            if last is not None and issued <= last.issued_at:
+                raise Conflict(
+                    f"event issued at {ev.document['issued_at']} is not newer than the last "
+                    f"applied event for this agent ({last.event} at {last.issued_at})",
+                    code="stale_event",
+                )
+            target = ev.target_state
+            reinstated = None
+            if target == ACTIVE and current != ACTIVE:
+                assert stored is not None  # check_transition: REINSTATE needs a known agent
+                if self.governance_keys.get(stored.signer_kid) is None:
+                    raise SignatureInvalid(
+                        f"the stored manifest of {cid[:80]} is signed by governance key "
+                        f"{stored.signer_kid[:80]!r}, which is no longer trusted; re-ACTIVATE "
+                        "with a manifest signed by a trusted key",
+                        code="signing_key_removed",
+                    )
+                profile = profile_from(stored.manifest, stored.capabilities)
+                reinstated = (profile, self.matcher.embed_profile(profile))
+            record = EventRecord(
+                event_id=ev.event_id,
+                canonical_id=cid,
+                event=ev.event,
+                issued_at=issued,
+                applied_at=now,
+                signer_kid=ev.signer_kid,
+                state_before=current,
+                state_after=target,
+                document=ev.document,
+            )
+            tombstone = (
+                Tombstone(cid, target, ev.event_id, issued, ev.reason, now)
+                if target in RETIRED
+                else None
+            )
+            self.store.apply_lifecycle(record, now, tombstone)  # durable first
+            with self._lock:
+                if target == ACTIVE:
+                    self._withdrawn.pop(cid, None)
+                    if reinstated is not None and stored is not None:
+                        self.matcher.upsert(*reinstated)
+                        self._index_entry(
+                            AgentEntry.from_stored(replace(stored, lifecycle_state=ACTIVE))
+                        )
+                else:
+                    self._unindex(cid)
+                    self._withdrawn[cid] = target
+        return self._lifecycle_result(record, replayed=False), record
+
+    def _lifecycle_result(self, record: EventRecord, *, replayed: bool) -> dict[str, Any]:
+        cid = record.canonical_id
+        with self._lock:
+            indexed = cid in self._registry
+        tomb = self.store.tombstone(cid)
+        stored = self.store.get(cid)
+        state = tomb.state if tomb else (stored.lifecycle_state if stored else record.state_after)
+        return {
+            "canonical_id": cid,
+            "event": record.event,
+            "event_id": record.event_id,
+            "previous_state": record.state_before,
+            "lifecycle_state": state,
+            "indexed": indexed,
+            "tombstoned": tomb is not None,
+            "replayed": replayed,
+            "applied_at": record.applied_at,
         }
 
     # -- DESCRIBE -------------------------------------------------------------------------
@@ -419,12 +674,29 @@ class AnsService:
         )
         with self._lock:
             entry = self._registry.get(req.canonical_id)
+            withdrawn = self._withdrawn.get(req.canonical_id)
+        if entry is None and withdrawn is not None:
+            self._describe_withdrawn(req.canonical_id, withdrawn, req.identity.scope)
         if entry is None or not self.zones.granted(entry.governance_zone, req.identity.scope):
             raise NotFound(f"no Active agent {req.canonical_id!r} in this ANS")
         stored = self.store.get(req.canonical_id)
         if stored is None or stored.lifecycle_state != "Active":
             raise NotFound(f"no Active agent {req.canonical_id!r} in this ANS")
         return {"manifest": stored.manifest, "capabilities": stored.capabilities}
+
+    def _describe_withdrawn(self, cid: str, state: str, scope: Any) -> None:
+        """-02 6.5.3 step 3: Suspended -> 503, Revoked/Deprecated -> 410 — unless
+        the agent sits in a restricted zone the caller may not see (404)."""
+        stored = self.store.get(cid)
+        if stored is not None and not self.zones.granted(
+            stored.manifest.get("governance_zone", ""), scope
+        ):
+            return
+        if state == SUSPENDED:
+            raise Unavailable(f"agent {cid[:80]} is Suspended", code="agent_suspended")
+        tomb = self.store.tombstone(cid)
+        when = f" since {tomb.issued_at}" if tomb else ""
+        raise Gone(f"agent {cid[:80]} is {state}{when}", code="agent_retired")
 
     def jwks(self) -> dict[str, Any]:
         return {"keys": [self.key.public.jwk()]}

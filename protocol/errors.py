@@ -209,6 +209,17 @@ DISCOVER_PARAMETERS = (
     "include_evidence",
 )
 
+# Registration lifecycle (governance/lifecycle.py, ans/service.py).
+LIFECYCLE_CODES = (
+    "invalid_event",  # 422: the lifecycle event document is malformed
+    "stale_event",  # 409: issued_at outside the accepted window, or older than the last event
+    "stale_metadata",  # 409: re-ACTIVATE with an older manifest than the stored one
+    "invalid_transition",  # 409: e.g. REINSTATE of an agent dropped for freshness
+    "agent_suspended",  # 409 on ACTIVATE (use REINSTATE); 503 on DESCRIBE
+    "agent_retired",  # 410: Revoked/Deprecated canonical ids never come back
+    "signing_key_removed",  # 401: the manifest's governance key is no longer trusted
+)
+
 MANIFEST_CHECK_CODES = (
     "invalid_manifest",
     "manifest_missing_field",
@@ -235,4 +246,5 @@ ERROR_CODES: frozenset[str] = frozenset(
     | {"duplicate_header", "missing_agtp_method", "digest_mismatch"}
     | {"invalid_start_line", "invalid_header_line", "invalid_content_length"}
     | set(MANIFEST_CHECK_CODES)
+    | set(LIFECYCLE_CODES)
 )

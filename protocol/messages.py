@@ -123,8 +123,17 @@ class ActivateRequest:
     capabilities: dict[str, Any]
 
 
-AgtpRequest = DiscoverRequest | DescribeRequest | ActivateRequest
-SUPPORTED_METHODS = ("DISCOVER", "DESCRIBE", "ACTIVATE")
+@dataclass(frozen=True, slots=True)
+class LifecycleRequest:
+    """A governance lifecycle event (SUSPEND/REVOKE/DEPRECATE/REINSTATE) for one agent."""
+
+    identity: Identity
+    task_id: str | None
+    event: dict[str, Any]
+
+
+AgtpRequest = DiscoverRequest | DescribeRequest | ActivateRequest | LifecycleRequest
+SUPPORTED_METHODS = ("DISCOVER", "DESCRIBE", "ACTIVATE", "LIFECYCLE")
 
 
 # -- headers -------------------------------------------------------------------
@@ -403,7 +412,22 @@ def parse_activate(headers: Mapping[str, str], body: bytes, limits: Limits) -> A
     )
 
 
-PARSERS = {"DISCOVER": parse_discover, "DESCRIBE": parse_describe, "ACTIVATE": parse_activate}
+def parse_lifecycle(headers: Mapping[str, str], body: bytes, limits: Limits) -> LifecycleRequest:
+    check_envelope_headers(headers)
+    identity = parse_identity(headers)
+    env = parse_envelope("LIFECYCLE", headers, body, limits)
+    event = env.parameters.get("event")
+    if not isinstance(event, dict):
+        raise InvalidParameter("event", "a signed lifecycle event document is required")
+    return LifecycleRequest(identity=identity, task_id=env.task_id, event=event)
+
+
+PARSERS = {
+    "DISCOVER": parse_discover,
+    "DESCRIBE": parse_describe,
+    "ACTIVATE": parse_activate,
+    "LIFECYCLE": parse_lifecycle,
+}
 
 
 # -- responses -------------------------------------------------------------------------

@@ -382,6 +382,7 @@ def test_reactivation_replaces_the_record(
         behavioral_trust_score=0.5,
         governance_zone="zone:legal",
         job_description="Translates legal contracts between German and English.",
+        last_updated="2026-02-01T00:00:00Z",  # newer than the stored registration
     )
     svc.activate(ActivateRequest(GOV, "t", m, caps()))
     got = discover(svc, intent="translate a legal contract into English")

@@ -9,7 +9,16 @@ from pathlib import Path
 
 import orjson
 import pytest
-from ans.governance.audit import GENESIS, AuditLog, ChainBreak, rfc3339, verify_chain
+from ans.governance.audit import (
+    GENESIS,
+    AuditLog,
+    ChainBreak,
+    ChainHead,
+    check_chain,
+    record_hash,
+    rfc3339,
+    verify_chain,
+)
 
 FIXED = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -59,13 +68,15 @@ def test_records_are_chained_json_lines(log: AuditLog, path: Path) -> None:
 def test_record_returns_what_was_written(log: AuditLog, path: Path) -> None:
     rec = log.record("activate", canonical_id="abc")
     assert orjson.loads(lines(path)[0]) == rec
-    assert rec == {
+    body = {
         "seq": 1,
         "time": "2026-01-01T00:00:00.000Z",
         "event": "activate",
         "canonical_id": "abc",
         "prev_hash": GENESIS,
     }
+    assert rec == {**body, "hash": record_hash(body)}
+    assert rec["hash"] == hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 def test_rfc3339() -> None:
@@ -84,25 +95,49 @@ def test_empty_log_verifies() -> None:
     assert verify_chain([]) is None
 
 
-def test_edited_field_breaks_at_next_line(log: AuditLog, path: Path) -> None:
+def _rewrite(raw: list[bytes], i: int, rehash: bool, **changes: object) -> None:
+    rec = orjson.loads(raw[i])
+    rec.update(changes)
+    if rehash:  # an editor who knows the scheme recomputes the record's own hash
+        rec["hash"] = record_hash(rec)
+    raw[i] = orjson.dumps(rec, option=orjson.OPT_SORT_KEYS) + b"\n"
+
+
+def test_edited_field_is_named_by_its_own_line(log: AuditLog, path: Path) -> None:
     write_records(log, 4)
     raw = lines(path)
-    rec = orjson.loads(raw[1])
-    rec["agent_id"] = "someone-else"
-    raw[1] = orjson.dumps(rec, option=orjson.OPT_SORT_KEYS) + b"\n"
-    # line 2 itself still links to line 1; line 3's prev_hash no longer matches
+    _rewrite(raw, 1, rehash=False, agent_id="someone-else")
     result = verify_chain(raw)
-    assert result == ChainBreak(3, "prev_hash does not match the previous record")
+    assert result is not None
+    assert (result.line, result.kind) == (2, "edited")
+    assert "seq 2" in result.reason
 
 
-def test_edited_last_line_is_not_detectable_by_chain(log: AuditLog, path: Path) -> None:
-    # Documented limitation of a bare hash chain: nothing follows the tail.
+def test_edited_and_rehashed_record_is_caught_by_the_next_prev_hash(
+    log: AuditLog, path: Path
+) -> None:
+    write_records(log, 4)
+    raw = lines(path)
+    _rewrite(raw, 1, rehash=True, status=200)
+    result = verify_chain(raw)
+    assert result is not None
+    assert (result.line, result.kind) == (2, "edited")  # the edited record, not its successor
+
+
+def test_edited_last_line(log: AuditLog, path: Path) -> None:
     write_records(log, 3)
     raw = lines(path)
-    rec = orjson.loads(raw[2])
-    rec["agent_id"] = "edited"
-    raw[2] = orjson.dumps(rec, option=orjson.OPT_SORT_KEYS) + b"\n"
-    assert verify_chain(raw) is None
+    plain = list(raw)
+    _rewrite(plain, 2, rehash=False, agent_id="edited")
+    assert verify_chain(plain) == ChainBreak(
+        3, "edited", "record seq 3 does not match its hash"
+    )
+    # Documented limit: a rehashed last record has no successor to betray it;
+    # the head (seq + hash) must be compared with a copy kept elsewhere.
+    _rewrite(raw, 2, rehash=True, agent_id="edited")
+    head = check_chain(raw)
+    assert isinstance(head, ChainHead)
+    assert head.hash != check_chain(lines(path)).hash  # type: ignore[union-attr]
 
 
 def test_deleted_line_breaks(log: AuditLog, path: Path) -> None:
@@ -111,30 +146,39 @@ def test_deleted_line_breaks(log: AuditLog, path: Path) -> None:
     del raw[1]
     result = verify_chain(raw)
     assert result is not None
-    assert result.line == 2
-    assert "prev_hash" in result.reason
+    assert (result.line, result.kind) == (2, "deleted")
+    assert "seq 2 is missing" in result.reason
 
 
-def test_swapped_lines_break(log: AuditLog, path: Path) -> None:
+def test_deleted_run_of_lines(log: AuditLog, path: Path) -> None:
+    write_records(log, 6)
+    raw = lines(path)
+    del raw[2:5]
+    result = verify_chain(raw)
+    assert result == ChainBreak(3, "deleted", "record seq 3..5 is missing before this line")
+
+
+@pytest.mark.parametrize("first", [0, 1, 2])
+def test_swapped_lines_break(log: AuditLog, path: Path, first: int) -> None:
     write_records(log, 4)
     raw = lines(path)
-    raw[1], raw[2] = raw[2], raw[1]
+    raw[first], raw[first + 1] = raw[first + 1], raw[first]
     result = verify_chain(raw)
     assert result is not None
-    assert result.line == 2
+    assert (result.line, result.kind) == (first + 1, "reordered")
 
 
 def test_truncated_head_breaks(log: AuditLog, path: Path) -> None:
     write_records(log, 3)
     result = verify_chain(lines(path)[1:])
-    assert result is not None and result.line == 1
+    assert result is not None and (result.line, result.kind) == (1, "truncated_head")
 
 
 def test_garbage_line_reported(log: AuditLog, path: Path) -> None:
     write_records(log, 3)
     raw = lines(path)
     raw[1] = b"{not json\n"
-    assert verify_chain(raw) == ChainBreak(2, "not valid JSON")
+    assert verify_chain(raw) == ChainBreak(2, "edited", "not a valid JSON object")
 
 
 def test_wrong_seq_with_correct_hash_reported() -> None:
@@ -147,8 +191,15 @@ def test_wrong_seq_with_correct_hash_reported() -> None:
     )
     result = verify_chain([first, second])
     assert result is not None
-    assert result.line == 2
-    assert "seq 5" in result.reason
+    assert (result.line, result.kind) == (2, "deleted")
+    assert "seq 2..4" in result.reason
+
+
+def test_intact_chain_reports_its_head(log: AuditLog, path: Path) -> None:
+    write_records(log, 3)
+    raw = lines(path)
+    head = check_chain(raw)
+    assert head == ChainHead(3, 3, hashlib.sha256(raw[2].rstrip(b"\n")).hexdigest())
 
 
 def test_reopen_continues_chain(path: Path) -> None:
