@@ -54,6 +54,10 @@ class Config:
     governance_jwks: tuple[Path, ...] = ()
     restricted_zones: tuple[str, ...] = ()
     audit_fsync: bool = False
+    # [zones]: restricted = [...] (same as restricted_zones), public = [...],
+    # unlisted = "public" | "restricted" for zones in neither list.
+    public_zones: tuple[str, ...] = ()
+    unlisted_zones: str = "public"
     # Lifecycle events older than this (s) or issued further than the skew
     # (s) in the future are refused (409 stale_event).
     lifecycle_max_age: float = 86400.0
@@ -96,9 +100,14 @@ class Config:
             raise ConfigError("ranking weights must be non-negative and sum to 1")
         if not (0 < self.lifecycle_max_skew <= 3600 and 60 <= self.lifecycle_max_age):
             raise ConfigError("need 0 < lifecycle_max_skew <= 3600 and lifecycle_max_age >= 60")
-        for z in self.restricted_zones:
+        for z in (*self.restricted_zones, *self.public_zones):
             if not z.startswith("zone:"):
-                raise ConfigError(f"restricted zone {z!r} must look like 'zone:name'")
+                raise ConfigError(f"zone {z!r} must look like 'zone:name'")
+        both = sorted(set(self.restricted_zones) & set(self.public_zones))
+        if both:
+            raise ConfigError(f"zone {both[0]!r} is listed both public and restricted")
+        if self.unlisted_zones not in ("public", "restricted"):
+            raise ConfigError('[zones] unlisted must be "public" or "restricted"')
         return self
 
 
@@ -125,10 +134,16 @@ _SECTIONS = {
         "lifecycle_max_age",
         "lifecycle_max_skew",
     },
+    "zones": {"restricted", "public", "unlisted"},
     "discovery": {"default_limit", "max_limit", "min_capability_match", "max_body_bytes"},
     "logging": {"log_level", "log_format"},
 }
 _PATHS = {"tls_certfile", "tls_keyfile", "data_dir"}
+_ZONE_KEYS = {
+    "restricted": "restricted_zones",
+    "public": "public_zones",
+    "unlisted": "unlisted_zones",
+}
 
 
 def _coerce(name: str, value: Any, base: Path) -> Any:
@@ -138,7 +153,9 @@ def _coerce(name: str, value: Any, base: Path) -> Any:
     if name == "governance_jwks":
         items = [value] if isinstance(value, str) else list(value)
         return tuple(Path(v) if Path(v).is_absolute() else base / v for v in items)
-    if name == "restricted_zones":
+    if name in ("restricted_zones", "public_zones"):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{name} must be a list of zone ids")
         return tuple(value)
     return value
 
@@ -173,6 +190,12 @@ def load(path: Path | None, **overrides: Any) -> Config:
             for key, value in body.items():
                 if key not in allowed:
                     raise ConfigError(f"unknown key {key!r} in [{section}]")
+                if section == "zones":
+                    key = _ZONE_KEYS[key]
+                    if key in ("restricted_zones", "public_zones"):
+                        if not isinstance(value, list):
+                            raise ConfigError(f"[zones] {key.split('_')[0]} must be a list")
+                        value = tuple(values.get(key, ())) + tuple(value)
                 values[key] = _coerce(key, value, base)
     known = {f.name for f in fields(Config)}
     for key, value in overrides.items():

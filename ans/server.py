@@ -91,7 +91,9 @@ def build_service(
 
     faiss.omp_set_num_threads(1)  # one request = one core; the event loop is the parallelism
     audit = AuditLog(data / "audit.jsonl", clock, fsync=config.audit_fsync)
-    zones_policy = ZonePolicy.of(config.restricted_zones)
+    zones_policy = ZonePolicy.of(
+        config.restricted_zones, config.public_zones, config.unlisted_zones == "restricted"
+    )
     federator = None
     if config.peers:
         federator = Federator(

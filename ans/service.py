@@ -154,7 +154,11 @@ class AnsService:
             default_limit=config.default_limit,
             max_limit=config.max_limit,
         )
-        self.zones = ZonePolicy.of(config.restricted_zones)
+        self.zones = ZonePolicy.of(
+            config.restricted_zones,
+            config.public_zones,
+            config.unlisted_zones == "restricted",
+        )
         self._registry: dict[str, AgentEntry] = {}
         self._gate_counts: Counter[tuple[str, int]] = Counter()
         # Availability signals (discovery draft 6.2): canonical_id -> reason
@@ -741,7 +745,7 @@ class AnsService:
             "capabilities": {
                 "supported_methods": ["DISCOVER", "DESCRIBE", "ACTIVATE"],
                 "modalities": ["application/agtp+json"],
-                "zones_accepted": sorted({c.governance_zone, *c.restricted_zones}),
+                "zones_accepted": sorted({c.governance_zone, *c.restricted_zones, *c.public_zones}),
                 "max_limit": c.max_limit,
             },
         }

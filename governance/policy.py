@@ -59,16 +59,36 @@ def require_scope(
 
 @dataclass(frozen=True, slots=True)
 class ZonePolicy:
+    """Which zones are restricted. A zone listed as restricted is; a zone
+    listed as public is not; any other zone follows ``unlisted_restricted``
+    (False by default: unlisted zones are public)."""
+
     restricted: frozenset[str] = frozenset()
+    public: frozenset[str] = frozenset()
+    unlisted_restricted: bool = False
 
     @classmethod
-    def of(cls, restricted: Iterable[str]) -> ZonePolicy:
-        return cls(frozenset(restricted))
+    def of(
+        cls,
+        restricted: Iterable[str],
+        public: Iterable[str] = (),
+        unlisted_restricted: bool = False,
+    ) -> ZonePolicy:
+        return cls(frozenset(restricted), frozenset(public), unlisted_restricted)
+
+    def is_restricted(self, zone: str) -> bool:
+        if zone in self.restricted:
+            return True
+        return self.unlisted_restricted and zone not in self.public
 
     def granted(self, zone: str, scope: AuthorityScope) -> bool:
-        if zone not in self.restricted:
+        if not self.is_restricted(zone):
             return True
-        return bool(scope.covers(parse_token(zone)))
+        try:
+            token = parse_token(zone)
+        except Exception:  # a zone id that is no scope token can never be granted
+            return False
+        return bool(scope.covers(token))
 
     def check_requested(
         self,
