@@ -458,7 +458,8 @@ def test_config_file_loading(tmp_path: Path) -> None:
 
     example = Path(__file__).resolve().parents[2] / "deploy" / "ans.example.toml"
     cfg = load(example, listen="127.0.0.1:0")
-    assert cfg.listen == "127.0.0.1:0" and cfg.restricted_zones == ("zone:finance",)
+    assert cfg.listen == "127.0.0.1:0" and cfg.restricted_zones == ("zone:finance", "zone:hr")
+    assert cfg.public_zones == ("zone:public",) and cfg.lifecycle_max_age == 86400
     assert cfg.governance_jwks == (example.parent / "governance.jwks.json",)
     bad = tmp_path / "bad.toml"
     for text in (
