@@ -4,6 +4,8 @@ and a suspension (store state) that survives a restart."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -117,6 +119,31 @@ def test_routing_fields_on_the_wire(
         resp = call(c, "DISCOVER", {"preferred_agent": "not a canonical id"}, IDENTITY)
         assert resp.status_code == 422
         assert resp.json()["error"]["code"] == "invalid_preferred_agent"
+
+    # The CLI sends it and says what happened.
+    out = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("ans")),
+            "discover",
+            "audit smart contracts",
+            "--server",
+            srv.url,
+            "--prefer",
+            vyper,
+            "--behavioral-trust-min",
+            "0.75",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert (
+        f"routing: preferred {vyper[:16]} unavailable (below_thresholds); #1 is the "
+        f"alternative {ids['solidity-auditor'][:16]}" in out.stdout
+    )
+    assert "signature: verified" in out.stdout
 
     # Suspend in the store (what the governance platform's SUSPEND leaves
     # behind) and restart: the agent stays out of the index and routing says why.
