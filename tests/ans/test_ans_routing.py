@@ -408,3 +408,15 @@ def test_routing_reasons_are_a_closed_set(world: dict[str, Any]) -> None:
         "at_capacity",
         "not_responding",
     }
+
+
+def test_equivalence_floor_is_configured_in_discovery(tmp_path: Path) -> None:
+    from ans.config import ConfigError, load
+
+    toml = tmp_path / "ans.toml"
+    toml.write_text("[discovery]\nmin_equivalent_confidence = 0.5\n")
+    assert load(toml).validate().min_equivalent_confidence == 0.5
+    assert Config().min_equivalent_confidence == 0.2
+    toml.write_text("[discovery]\nmin_equivalent_confidence = 1.5\n")
+    with pytest.raises(ConfigError):
+        load(toml).validate()
