@@ -71,6 +71,12 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--limit", type=int)
     d.add_argument("--domains", help="capability_domains, comma-separated (e.g. tools,examples)")
     d.add_argument("--scope-negotiate", action="store_true")
+    d.add_argument(
+        "--prefer",
+        dest="preferred_agent",
+        metavar="CANONICAL_ID",
+        help="preferred_agent: route to this agent, or to its most equivalent alternative",
+    )
     d.add_argument("--json", action="store_true", help="print the full response body")
 
     a = sub.add_parser("activate", help="register a signed manifest through ACTIVATE")
@@ -221,6 +227,7 @@ def cmd_discover(args: argparse.Namespace) -> int:
         "governance_zone",
         "org_domain",
         "limit",
+        "preferred_agent",
     ):
         value = getattr(args, name)
         if value is not None:
@@ -280,6 +287,21 @@ def print_table(result: dict[str, Any]) -> None:
     )
     if federated:
         print(f"federation path: {' -> '.join(result['federation_path'])}")
+    routing = result.get("routing")
+    if isinstance(routing, dict):
+        line = f"routing: preferred {str(routing.get('preferred_agent'))[:16]}"
+        if routing.get("available"):
+            line += " is available (#1)"
+        else:
+            line += f" unavailable ({routing.get('routing_reason')})"
+            if "alternative" in routing:
+                line += (
+                    f"; #1 is the alternative {str(routing['alternative'])[:16]}"
+                    f" (equivalent_confidence {routing.get('equivalent_confidence')})"
+                )
+            else:
+                line += "; no equivalent alternative"
+        print(line)
     for w in result.get("warnings", []):
         print(f"warning: {w.get('code')}: {w.get('message')}", file=sys.stderr)
 

@@ -66,6 +66,9 @@ class Config:
     default_limit: int = 10
     max_limit: int = 100
     min_capability_match: float = 0.05
+    # Routing alternatives (preferred_agent): the least equivalent_confidence
+    # an alternative must have to replace an unavailable preferred agent.
+    min_equivalent_confidence: float = 0.2
     max_body_bytes: int = 256 * 1024
     ranking: RankingWeights = field(default_factory=RankingWeights)
     # [federation] and [[federation.peers]]; --peer TIER@URL adds peers
@@ -90,6 +93,8 @@ class Config:
             raise ConfigError("need 1 <= default_limit <= max_limit <= 10000")
         if not 0.0 <= self.min_capability_match <= 1.0:
             raise ConfigError("min_capability_match must be in [0, 1]")
+        if not 0.0 <= self.min_equivalent_confidence <= 1.0:
+            raise ConfigError("min_equivalent_confidence must be in [0, 1]")
         if (self.tls_certfile is None) != (self.tls_keyfile is None):
             raise ConfigError("tls_certfile and tls_keyfile go together")
         w = self.ranking
@@ -135,7 +140,13 @@ _SECTIONS = {
         "lifecycle_max_skew",
     },
     "zones": {"restricted", "public", "unlisted"},
-    "discovery": {"default_limit", "max_limit", "min_capability_match", "max_body_bytes"},
+    "discovery": {
+        "default_limit",
+        "max_limit",
+        "min_capability_match",
+        "max_body_bytes",
+        "min_equivalent_confidence",
+    },
     "logging": {"log_level", "log_format"},
 }
 _PATHS = {"tls_certfile", "tls_keyfile", "data_dir"}

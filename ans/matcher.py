@@ -75,6 +75,16 @@ EXAMPLE_FLOOR = 0.2
 # Weight of the whole intent vs its best part for compound intents — a priori.
 SEGMENT_MIX = 0.5
 MAX_EVIDENCE_EXAMPLES = 3
+# Equivalence of two agents' capability profiles (routing alternatives,
+# discovery draft 6.1) — a priori, mirroring the fusion weights above:
+# description and whole-document vectors weigh equally, tags and examples
+# count only when both agents publish them.
+EQUIVALENCE_WEIGHTS: dict[str, float] = {
+    "description": 0.4,
+    "capability": 0.4,
+    "tag": 0.2,
+    "example": 0.2,
+}
 
 
 class Embedder(Protocol):
@@ -245,6 +255,14 @@ class QueryScores:
                 out[cid] = score
         return out
 
+    def score(self, canonical_id: str) -> float:
+        """capability_match_score of one indexed agent whatever the floor (0 if absent)."""
+        try:
+            slot = self.ids.index(canonical_id)
+        except ValueError:
+            return 0.0
+        return round(min(1.0, max(0.0, float(self.final[slot]))), PRECISION)
+
     def evidence(self, canonical_id: str) -> dict[str, Any]:
         """score_components, matched_tags, matched_examples of one scored agent."""
         try:
@@ -290,6 +308,9 @@ class CapabilityMatcher(Protocol):
     ) -> QueryScores: ...
     def scores(
         self, intent: str, domains: tuple[str, ...] | None, floor: float
+    ) -> dict[str, float]: ...
+    def equivalence(
+        self, profile: CapabilityProfile, vectors: ProfileVectors | None = None
     ) -> dict[str, float]: ...
     def __len__(self) -> int: ...
 
@@ -479,6 +500,56 @@ class CapabilityIndex:
             final = (1.0 - SEGMENT_MIX) * whole.fused + SEGMENT_MIX * part_best
             return QueryScores(final, ids, whole, passes[1:], part_best, examples_of)
         return QueryScores(whole.fused, ids, whole, examples_of=examples_of)
+
+    def equivalence(
+        self, profile: CapabilityProfile, vectors: ProfileVectors | None = None
+    ) -> dict[str, float]:
+        """How closely every indexed agent's capabilities match ``profile``
+        (which need not be indexed itself), in [0, 1], six decimals.
+
+        A weighted mean (:data:`EQUIVALENCE_WEIGHTS`) of the cosine of the
+        description vectors, the cosine of the whole capability-document
+        vectors (both clipped at 0), the Jaccard overlap of the normalized tags
+        (when both have tags) and, per example of ``profile``, the best matching
+        example of the other agent, averaged (when both have examples; at or
+        below :data:`EXAMPLE_FLOOR` counts as 0). Symmetric in the texts and
+        deterministic for identical index contents."""
+        vecs = vectors if vectors is not None else self.embed_profile(profile)
+        w = EQUIVALENCE_WEIGHTS
+        context = normalize_rows(vecs.facet_sums[_F["description"]])
+        capability = normalize_rows(vecs.facet_sums.sum(axis=0))
+        mine = set(profile.tags)
+        with self._lock:
+            n = len(self._id_of)
+            total = w["description"] * np.clip(self._context[:n] @ context, 0.0, 1.0)
+            total += w["capability"] * np.clip(self._capability[:n] @ capability, 0.0, 1.0)
+            weight_sum = np.full(n, w["description"] + w["capability"], dtype=np.float32)
+            if mine:
+                shared = np.zeros(n, dtype=np.float32)
+                for tag in mine:
+                    for slot in self._tag_index.get(tag, ()):
+                        shared[slot] += 1.0
+                sizes = np.array(
+                    [len(p.tags) if (p := self._profiles.get(s)) else 0 for s in range(n)],
+                    dtype=np.float32,
+                )
+                has_tags = self._has_tags[:n]
+                union = np.where(has_tags, len(mine) + sizes - shared, 1.0)
+                total += w["tag"] * np.where(has_tags, shared / union, 0.0)
+                weight_sum += w["tag"] * has_tags
+            if len(vecs.examples) and self._examples.total > 0:
+                best, _ = self._examples.best(vecs.examples, n)  # (n, examples of profile)
+                example = np.where(best > EXAMPLE_FLOOR, np.minimum(best, 1.0), 0.0).mean(axis=1)
+                has_examples = self._has_examples[:n]
+                total += w["example"] * np.where(has_examples, example, 0.0)
+                weight_sum += w["example"] * has_examples
+            ids = list(self._id_of[:n])
+        score = np.clip(total / weight_sum, 0.0, 1.0)
+        return {
+            cid: round(float(s), PRECISION)
+            for cid, s in zip(ids, score.tolist(), strict=True)
+            if cid is not None
+        }
 
     @staticmethod
     def _fuse(

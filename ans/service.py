@@ -68,6 +68,7 @@ from ans.protocol.messages import (
 from .config import Config
 from .matcher import CapabilityMatcher, profile_from
 from .ranking import rank_score, sort_key
+from .routing import NOT_INDEXED, PreferredState, Routing, choose_alternative, routing_reason
 from .store import EventRecord, RegistryStore, StoredAgent, Tombstone
 
 Clock = Callable[[], datetime]
@@ -82,6 +83,9 @@ def utc_now() -> datetime:
 class _LocalAnswer:
     ranked: list[tuple[float, float, AgentEntry]]
     matched: Any  # QueryScores, or None without an intent
+    # preferred_agent given: the decision, and whether ranked[0] is the routing position.
+    routing: Routing | None = None
+    pinned: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,6 +318,8 @@ class AnsService:
                 score = rank_score(weights, entry.trust_tier, entry.behavioral_trust_score, cms)
                 ranked.append((score, cms, entry))
         ranked.sort(key=lambda t: sort_key(t[0], t[2].canonical_id))
+        if p.preferred_agent is not None:
+            return self._route(req, ranked, matched)
         return _LocalAnswer(ranked, matched)
 
     def _local_item(
@@ -342,20 +348,31 @@ class AnsService:
             )
             for score, cms, entry in local.ranked[: p.limit]
         ]
+        # The routing position (preferred agent or its alternative) stays results[0].
+        pinned = top[:1] if local.pinned else []
+        if pinned and local.routing is not None:
+            first = pinned[0]
+            pinned[0] = top[0] = Ranked(
+                first.rank_score,
+                first.canonical_id,
+                {**first.item, **local.routing.item_fields()},
+            )
         total = len(local.ranked)
         chosen = top
         if gathered is not None:
             # Only the local top `limit` can survive the cut, so only they are built.
+            preferred = p.preferred_agent
             merged = merge(
-                top,
+                top[len(pinned) :],
                 # Any locally indexed agent wins; a locally Suspended or
-                # tombstoned one is never taken from a peer either.
-                lambda cid: cid in self._registry or cid in self._withdrawn,
+                # tombstoned one is never taken from a peer either; the
+                # preferred agent appears only at the routing position.
+                lambda cid: cid in self._registry or cid in self._withdrawn or cid == preferred,
                 gathered.candidates,
                 lambda tier, behavioral, cms: rank_score(weights, tier, behavioral, cms),
             )
-            total += len(merged) - len(top)
-            chosen = merged[: p.limit]
+            total += len(merged) - (len(top) - len(pinned))
+            chosen = [*pinned, *merged[: p.limit - len(pinned)]]
         results = []
         for i, r in enumerate(chosen, start=1):
             item = {"rank": i, **r.item}
@@ -373,8 +390,95 @@ class AnsService:
         if gathered is not None:
             result["federation_path"] = result_path(self.key.kid, chosen)
             result["warnings"] = gathered.warnings
+        if local.routing is not None:
+            result["routing"] = local.routing.summary()
         result[RESULT_SIGNATURE_FIELD] = signature_object(canonicalize(result), self.key)
         return result
+
+    # -- routing alternatives (discovery draft 6.1; rules in ans.routing) ----------------
+    def _route(
+        self,
+        req: DiscoverRequest,
+        ranked: list[tuple[float, float, AgentEntry]],
+        matched: Any,
+    ) -> _LocalAnswer:
+        """Put the preferred agent, or its most equivalent alternative, at ranked[0].
+
+        The preferred agent never appears anywhere else. With an intent the
+        alternative is the most equivalent *intent match* (``ranked`` holds
+        exactly the gate-passing intent matches); without one, the most
+        equivalent gate-passing agent. Either way it must be available and at
+        least ``min_equivalent_confidence`` equivalent, else there is none."""
+        p = req.params
+        cid = p.preferred_agent
+        assert cid is not None
+        scope = req.identity.scope
+        stored = self.store.get(cid)
+        with self._lock:
+            entry = self._registry.get(cid)
+            unavailable = dict(self._unavailable)
+        zone = (
+            entry.governance_zone
+            if entry is not None
+            else str(stored.manifest.get("governance_zone", ""))
+            if stored is not None
+            else ""
+        )
+        state = PreferredState(
+            known=entry is not None or stored is not None,
+            zone_granted=self.zones.granted(zone, scope),
+            indexed=entry is not None,
+            unavailable=unavailable.get(cid),
+            passes_gates=entry is not None and passes_gates(entry, p, scope, self.zones),
+            stored_state=stored.lifecycle_state if stored is not None else None,
+        )
+        reason = routing_reason(state)
+        rest = [t for t in ranked if t[2].canonical_id != cid]
+        if reason is None and entry is not None:
+            own = next((t for t in ranked if t[2].canonical_id == cid), None)
+            if own is None:  # passes the gates but not the intent's capability floor
+                cms = matched.score(cid) if matched is not None else 0.0
+                score = rank_score(
+                    self.config.ranking, entry.trust_tier, entry.behavioral_trust_score, cms
+                )
+                own = (score, cms, entry)
+            return _LocalAnswer([own, *rest], matched, Routing(cid, True), pinned=True)
+        reason = reason or NOT_INDEXED
+        chosen = None
+        if reason != NOT_INDEXED and stored is not None:
+            # The preferred agent's own profile, from the store: it may have
+            # left the index (suspended, revoked, removed for freshness).
+            equivalence = self.matcher.equivalence(
+                profile_from(stored.manifest, stored.capabilities)
+            )
+            chosen = choose_alternative(
+                (t for t in rest if t[2].canonical_id not in unavailable),
+                lambda t: t[2].canonical_id,
+                lambda t: t[0],
+                equivalence,
+                self.config.min_equivalent_confidence,
+            )
+        self.audit.record(
+            "routing_fallback",
+            status=200,
+            method="DISCOVER",
+            agent_id=req.identity.agent_id,
+            principal_id=req.identity.principal_id,
+            task_id=req.task_id,
+            query_digest=req.query_digest,
+            preferred_agent=cid,
+            routing_reason=reason,
+            # for the operator only: the caller saw not_indexed
+            restricted_zone_hidden=state.known and not state.zone_granted,
+            alternative=chosen[0][2].canonical_id if chosen else None,
+            equivalent_confidence=chosen[1] if chosen else None,
+        )
+        if chosen is None:
+            return _LocalAnswer(rest, matched, Routing(cid, False, reason))
+        alt, confidence = chosen
+        others = [t for t in rest if t is not alt]
+        routing = Routing(cid, False, reason, alt[2].canonical_id, confidence)
+        return _LocalAnswer([alt, *others], matched, routing, pinned=True)
 
     # -- ACTIVATE ---------------------------------------------------------------------
     def activate(self, req: ActivateRequest) -> dict[str, Any]:

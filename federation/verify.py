@@ -31,7 +31,16 @@ from .transport import PeerError, PeerReply
 
 MAX_ENTRY_FIELDS = 64
 # Fields the merging ANS sets itself; a peer's values for them are not kept.
-REPLACED_FIELDS = ("rank", "rank_score", "provenance")
+# The routing fields (ans.routing.ROUTING_ITEM_FIELDS) mark the routing
+# position, which only the ANS answering the caller decides.
+REPLACED_FIELDS = (
+    "rank",
+    "rank_score",
+    "provenance",
+    "routing_reason",
+    "equivalent_confidence",
+    "alternative_to",
+)
 
 
 class PeerRejected(PeerError):

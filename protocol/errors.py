@@ -207,6 +207,7 @@ DISCOVER_PARAMETERS = (
     "limit",
     "scope_negotiate",
     "include_evidence",
+    "preferred_agent",
 )
 
 # Registration lifecycle (governance/lifecycle.py, ans/service.py).

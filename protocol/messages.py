@@ -93,6 +93,8 @@ class DiscoverParams:
     limit: int
     scope_negotiate: bool
     include_evidence: bool = False
+    # Routing (discovery draft 6.1): the agent the caller would like as results[0].
+    preferred_agent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +317,15 @@ def parse_discover_params(p: Mapping[str, Any], limits: Limits) -> DiscoverParam
     if not isinstance(evidence, bool):
         raise InvalidParameter("include_evidence", "must be true or false")
 
+    # Same grammar as DESCRIBE's canonical_id (_CANONICAL_ID_RE, below).
+    preferred = p.get("preferred_agent")
+    if preferred is not None and (
+        not isinstance(preferred, str) or _CANONICAL_ID_RE.fullmatch(preferred) is None
+    ):
+        raise InvalidParameter(
+            "preferred_agent", "must be a canonical_id (1-256 of A-Z a-z 0-9 . _ : -)"
+        )
+
     return DiscoverParams(
         intent=intent,
         capability_domains=domains,
@@ -325,6 +336,7 @@ def parse_discover_params(p: Mapping[str, Any], limits: Limits) -> DiscoverParam
         limit=limit,
         scope_negotiate=negotiate,
         include_evidence=evidence,
+        preferred_agent=preferred,
     )
 
 

@@ -323,3 +323,27 @@ def test_parse_lifecycle_requires_an_event_object() -> None:
     }
     body = orjson.dumps({"method": "LIFECYCLE", "parameters": {"event": "REVOKE x"}})
     assert refused(parse_lifecycle, headers, body, Limits()) == (422, "invalid_event")
+
+
+def test_routing_sees_lifecycle_states(world: dict[str, Any], gov_key: SigningKey) -> None:
+    svc, ids = world["svc"], world["ids"]
+    headers = {
+        "agent-id": CALLER.agent_id,
+        "principal-id": CALLER.principal_id,
+        "authority-scope": "discovery:query",
+    }
+
+    def routed(preferred: str) -> dict[str, Any]:
+        params = {"intent": "audit smart contracts", "preferred_agent": preferred}
+        body = orjson.dumps({"method": "DISCOVER", "parameters": params})
+        result: dict[str, Any] = svc.discover(parse_discover(headers, body, Limits()))
+        return result
+
+    send(world, "SUSPEND", "vyper-auditor", gov_key)
+    got = routed(ids["vyper-auditor"])
+    assert got["routing"]["routing_reason"] == "suspended"
+    assert got["results"][0]["agent_label"] == "solidity-auditor"
+    assert got["results"][0]["alternative_to"] == ids["vyper-auditor"]
+    send(world, "REVOKE", "vyper-auditor", gov_key)
+    assert routed(ids["vyper-auditor"])["routing"]["routing_reason"] == "revoked"
+    assert ids["vyper-auditor"] not in {r["canonical_id"] for r in routed(ids["vyper-auditor"])["results"]}

@@ -720,3 +720,68 @@ def test_a_451_or_453_is_never_forwarded(world: World) -> None:
         ask(a, limit=5, governance_zone="zone:vault")
     assert info.value.status == 453
     assert world.net.sent == []
+
+
+# -- routing alternatives (preferred_agent) ----------------------------------------------------
+
+
+def vyper(**kw: Any) -> dict[str, dict[str, Any]]:
+    spec = {
+        "org_domain": "vyper.example",
+        "behavioral_trust_score": 0.6,
+        "job_description": "vyper-auditor: audits Vyper smart contracts for reentrancy bugs.",
+        **kw,
+    }
+    return {"vyper-auditor": spec}
+
+
+def test_routing_position_stays_first_when_federated_entries_merge(world: World) -> None:
+    # The peer knows the preferred agent too, marks it at capacity and answers
+    # with its own alternative (routing fields and all).
+    b = world.ans(
+        "b", {**vyper(), **solidity("remote-auditor", trust_tier=1, behavioral_trust_score=0.99)}
+    )
+    world.serve("http://b", b)
+    a = world.ans(
+        "a",
+        {**vyper(), **solidity("local-auditor", behavioral_trust_score=0.7)},
+        peers=(Peer("http://b", 1),),
+    )
+    preferred = next(iter(a._registry))
+    assert a._registry[preferred].fields["agent_label"] == "vyper-auditor"
+    a.mark_availability(preferred, "at_capacity")
+    b.mark_availability(preferred, "at_capacity")
+    got = ask(a, limit=5, preferred_agent=preferred)
+    assert_signed_by(got, a)
+    assert got["federation_path"] == [a.key.kid, b.key.kid]
+    # remote-auditor ranks higher, but the routing position is ours and stays first.
+    assert labels(got) == ["local-auditor", "remote-auditor"]
+    first, remote = got["results"]
+    assert remote["rank_score"] > first["rank_score"]
+    assert first["routing_reason"] == "at_capacity" and first["alternative_to"] == preferred
+    assert got["routing"]["alternative"] == first["canonical_id"]
+    # The peer's own routing marks are not kept: only results[0] carries them.
+    assert not {"routing_reason", "equivalent_confidence", "alternative_to"} & set(remote)
+    assert [r["rank"] for r in got["results"]] == [1, 2]
+    assert got["total_matches"] == 2
+
+
+def test_preferred_agent_unknown_here_never_comes_back_from_a_peer(world: World) -> None:
+    b = world.ans("b", {**vyper(), **solidity("remote-auditor")})
+    world.serve("http://b", b)
+    a = world.ans("a", solidity("local-auditor"), peers=(Peer("http://b", 2),))
+    preferred = next(
+        c for c, e in b._registry.items() if e.fields["agent_label"] == "vyper-auditor"
+    )
+    plain = ask(a, limit=5)
+    assert sorted(labels(plain)) == ["local-auditor", "remote-auditor", "vyper-auditor"]
+    # Routing is decided on this ANS's index: the preferred agent appears at
+    # the routing position or nowhere, so the peer's copy is not merged.
+    got = ask(a, limit=5, preferred_agent=preferred)
+    assert got["routing"] == {
+        "preferred_agent": preferred,
+        "available": False,
+        "routing_reason": "not_indexed",
+    }
+    assert sorted(labels(got)) == ["local-auditor", "remote-auditor"]
+    assert_signed_by(got, a)
