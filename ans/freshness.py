@@ -318,7 +318,7 @@ class FreshnessSchedule:
     """Due times and consecutive-failure counts for the indexed agents.
 
     ``sync(ids, now)`` adopts newly indexed agents (first due at
-    ``now + phase * interval``) and forgets removed ones; ``due_*`` say who
+    ``now + (1 + phase) * interval``) and forgets removed ones; ``due_*`` say who
     is due; ``describe_ok``/``describe_failed`` record outcomes and schedule
     the next attempt (a failure is retried after ``retry_interval``)."""
 
@@ -334,9 +334,11 @@ class FreshnessSchedule:
         for cid in current:
             if cid not in self.agents:
                 p = phase(cid)
+                # First due one interval (plus its phase) after it is first seen:
+                # an agent just activated or just loaded is as fresh as it gets.
                 self.agents[cid] = AgentClock(
-                    next_describe=now + p * s.interval,
-                    next_status=now + p * s.status_interval,
+                    next_describe=now + (1.0 + p) * s.interval,
+                    next_status=now + (1.0 + p) * s.status_interval,
                 )
 
     def due_describe(self, now: float) -> list[str]:
