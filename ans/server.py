@@ -147,6 +147,8 @@ def build_service(
         federation_peers=[f"{p.tier}@{p.url}" for p in config.peers],
     )
     freshness = build_freshness(service, config)
+    if config.demo and config.freshness.enabled:
+        log.info("index freshness off: the demo catalog's agents have no endpoints")
     if freshness is not None:
         s = config.freshness
         log.info(
