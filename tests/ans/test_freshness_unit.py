@@ -664,3 +664,23 @@ def test_freshness_config(tmp_path: Path) -> None:
         cfg_file.write_text(f"[freshness]\n{bad}\n")
         with pytest.raises(ConfigError):
             load(cfg_file)
+
+
+def test_capability_document_freshness_fields_are_validated() -> None:
+    from ans.governance.manifest import validate_capabilities
+    from ans.protocol.errors import InvalidCapabilities
+
+    validate_capabilities({"endpoint": "https://edge.acme.example:8443/agents/x", "max_sessions": 8})
+    validate_capabilities({"endpoint": "http://127.0.0.1:9000/a"})
+    for bad in (
+        {"endpoint": "ftp://edge.acme.example/x"},
+        {"endpoint": "https://user@edge.acme.example/x"},
+        {"endpoint": "https://edge.acme.example/x?q=1"},
+        {"endpoint": "https://edge.acme.example/x#frag"},
+        {"endpoint": 5},
+        {"max_sessions": 0},
+        {"max_sessions": True},
+        {"max_sessions": "8"},
+    ):
+        with pytest.raises(InvalidCapabilities):
+            validate_capabilities(bad)
