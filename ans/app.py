@@ -3,7 +3,8 @@
 Routes an AGTP method (``DISCOVER``, ``DESCRIBE``, ``ACTIVATE``,
 ``LIFECYCLE``; as ``:method DISCOVER`` on any path, or ``POST /agtp``
 with ``AGTP-Method``) to :class:`AnsService`, plus ``GET
-/.well-known/jwks.json`` and ``GET /healthz``. Every failure becomes a typed
+/.well-known/jwks.json`` and ``GET /healthz``. Background tasks (the
+freshness scheduler) start and stop with the ASGI lifespan. Every failure becomes a typed
 AGTP error body; unexpected exceptions become a 500 with no traceback on the
 wire (the traceback goes to the operational log).
 """
@@ -11,8 +12,8 @@ wire (the traceback goes to the operational log).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from typing import Any, Protocol
 
 import orjson
 import structlog
@@ -49,9 +50,17 @@ DRAIN_LIMIT = 8 * 1024 * 1024
 JSON_HEADERS = [(b"content-type", b"application/json"), (b"cache-control", b"max-age=300")]
 
 
+class Background(Protocol):
+    """A task that runs for the server's lifetime (e.g. the freshness scheduler)."""
+
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+
+
 class AnsApp:
-    def __init__(self, service: AnsService) -> None:
+    def __init__(self, service: AnsService, background: Sequence[Background] = ()) -> None:
         self.service = service
+        self.background = tuple(background)
         self.server_agent_id = service.config.agent_id
         self._jwks_body = orjson.dumps(service.jwks())
 
@@ -171,8 +180,15 @@ class AnsApp:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                for task in self.background:
+                    await task.start()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                for task in reversed(self.background):
+                    try:
+                        await task.stop()
+                    except Exception:
+                        log.exception("background task did not stop cleanly")
                 if self.service.federator is not None:
                     await self.service.federator.aclose()
                 await send({"type": "lifespan.shutdown.complete"})

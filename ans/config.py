@@ -20,6 +20,8 @@ from ans.federation.peers import (
     federation_from_table,
 )
 
+from .freshness import FreshnessConfigError, FreshnessSettings, freshness_from_table
+
 
 class ConfigError(ValueError):
     """The configuration is unusable; the CLI prints it and exits 2."""
@@ -74,6 +76,8 @@ class Config:
     # [federation] and [[federation.peers]]; --peer TIER@URL adds peers
     federation: FederationSettings = field(default_factory=FederationSettings)
     peers: tuple[Peer, ...] = ()
+    # [freshness]: refresh scheduler, availability polling, governance webhook
+    freshness: FreshnessSettings = field(default_factory=FreshnessSettings)
     # [logging]
     log_level: str = "info"
     log_format: str = "console"
@@ -187,6 +191,14 @@ def load(path: Path | None, **overrides: Any) -> Config:
                 try:
                     values["federation"], values["peers"] = federation_from_table(body, base)
                 except PeerConfigError as exc:
+                    raise ConfigError(str(exc)) from None
+                continue
+            if section == "freshness":
+                if not isinstance(body, dict):
+                    raise ConfigError("[freshness] must be a table")
+                try:
+                    values["freshness"] = freshness_from_table(body)
+                except FreshnessConfigError as exc:
                     raise ConfigError(str(exc)) from None
                 continue
             if section == "ranking":

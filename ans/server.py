@@ -31,11 +31,14 @@ from ans.governance.policy import ZonePolicy
 from .app import AnsApp
 from .config import Config
 from .matcher import CapabilityIndex, Embedder, WordLlamaEmbedder
+from .outbox import Outbox
+from .refresher import FreshnessRunner
 from .service import AnsService, Clock, utc_now
 from .store import SQLiteStore
 
 SIGNING_KEY_FILE = "ans-signing-key.pem"
 DEMO_GOVERNANCE_KEY_FILE = "demo-governance-key.pem"
+OUTBOX_FILE = "outbox.sqlite3"
 log = structlog.get_logger("ans.server")
 
 
@@ -68,6 +71,21 @@ def configure_logging(level: str = "info", fmt: str = "console") -> None:
 class Built:
     service: AnsService
     demo_key: SigningKey | None
+    freshness: FreshnessRunner | None = None
+
+
+def build_freshness(service: AnsService, config: Config) -> FreshnessRunner | None:
+    """The refresh scheduler + outbox, unless disabled. ``--demo`` runs none:
+    the demo catalog's agents have no endpoints to DESCRIBE."""
+    settings = config.freshness
+    if not settings.enabled or config.demo:
+        return None
+    return FreshnessRunner(
+        service,
+        settings,
+        HttpxTransport(settings.max_response_bytes),
+        Outbox(config.data_dir / OUTBOX_FILE),
+    )
 
 
 def build_service(
@@ -130,7 +148,19 @@ def build_service(
         trusted_governance_keys=trusted.kids(),
         federation_peers=[f"{p.tier}@{p.url}" for p in config.peers],
     )
-    return Built(service, demo_key)
+    freshness = build_freshness(service, config)
+    if config.demo and config.freshness.enabled:
+        log.info("index freshness off: the demo catalog's agents have no endpoints")
+    if freshness is not None:
+        s = config.freshness
+        log.info(
+            "index freshness on",
+            interval=s.interval,
+            status_interval=s.status_interval,
+            failures_before_removal=s.failures_before_removal,
+            webhook=s.webhook_url is not None,
+        )
+    return Built(service, demo_key, freshness)
 
 
 def bind_socket(config: Config) -> socket.socket:
@@ -167,13 +197,16 @@ def hypercorn_config(config: Config, sock: socket.socket) -> HypercornConfig:
 
 
 def serve_forever(
-    service: AnsService, config: Config, on_ready: Callable[[str], None] | None = None
+    service: AnsService,
+    config: Config,
+    on_ready: Callable[[str], None] | None = None,
+    freshness: FreshnessRunner | None = None,
 ) -> None:
     sock = bind_socket(config)
     host, port = sock.getsockname()[:2]
     scheme = "https" if config.tls_certfile else "http"
     url = f"{scheme}://{'[' + host + ']' if ':' in host else host}:{port}"
-    app = AnsApp(service)
+    app = AnsApp(service, (freshness,) if freshness is not None else ())
     hc = hypercorn_config(config, sock)
 
     async def main() -> None:
@@ -191,5 +224,7 @@ def serve_forever(
     try:
         asyncio.run(main())
     finally:
+        if freshness is not None:
+            freshness.close()
         service.audit.close()
         service.store.close()

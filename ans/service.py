@@ -66,6 +66,7 @@ from ans.protocol.messages import (
 )
 
 from .config import Config
+from .freshness import merge_pinned
 from .matcher import CapabilityMatcher, profile_from
 from .ranking import rank_score, sort_key
 from .routing import NOT_INDEXED, PreferredState, Routing, choose_alternative, routing_reason
@@ -327,6 +328,10 @@ class AnsService:
     ) -> dict[str, Any]:
         p = req.params
         item = {**entry.fields, "capability_match_score": cms, "rank_score": score}
+        unavailable = self._unavailable.get(entry.canonical_id)
+        if unavailable is not None:  # discovery draft 6.2; available agents are unchanged
+            item["available"] = False
+            item["availability_reason"] = unavailable
         if p.scope_negotiate:
             item["required_scope"] = entry.required_scope
         if p.include_evidence:
@@ -767,6 +772,100 @@ class AnsService:
             "replayed": replayed,
             "applied_at": record.applied_at,
         }
+
+    # -- index freshness (discovery draft 4.4; driven by ans.refresher) ----------------------
+    def indexed_ids(self) -> list[str]:
+        """The canonical IDs currently in the index."""
+        with self._lock:
+            return list(self._registry)
+
+    def refresh_capabilities(self, canonical_id: str, described: dict[str, Any]) -> bool:
+        """Replace an indexed agent's capability document with what it just
+        answered to DESCRIBE (already validated), re-embedding it; the signed
+        manifest (tier, score, zone) is untouched. False when nothing changed
+        or the agent left the index meanwhile."""
+        stored = self.store.get(canonical_id)
+        if stored is None or stored.lifecycle_state != "Active":
+            return False
+        caps = merge_pinned(described, stored.capabilities)
+        if canonicalize(caps) == canonicalize(stored.capabilities):
+            return False  # unchanged: not re-embedded
+        profile = profile_from(stored.manifest, caps)
+        vectors = self.matcher.embed_profile(profile)
+        now = rfc3339(self.clock())
+        with self._activate_lock, self._lock:
+            current = self.store.get(canonical_id)
+            if (
+                current is None
+                or current.lifecycle_state != "Active"
+                or canonical_id not in self._registry
+                or current.manifest != stored.manifest
+                or current.capabilities != stored.capabilities
+            ):
+                return False  # re-activated, deregistered or removed while we asked
+            updated = replace(current, capabilities=caps, updated_at=now)
+            self.store.upsert(updated)
+            self.matcher.upsert(profile, vectors)
+            self._index_entry(AgentEntry.from_stored(updated))
+        self.audit.record(
+            "capabilities_refreshed",
+            method="DESCRIBE",
+            canonical_id=canonical_id,
+            agent_label=stored.manifest.get("agent_label"),
+            changed_fields=sorted(
+                k
+                for k in caps.keys() | stored.capabilities.keys()
+                if caps.get(k) != stored.capabilities.get(k)
+            )[:32],
+        )
+        log.info("capabilities refreshed", canonical_id=canonical_id)
+        return True
+
+    def remove_for_freshness(
+        self,
+        canonical_id: str,
+        reason: str,
+        failures: int,
+        last_error: str,
+        before_removal: Callable[[StoredAgent], str] | None = None,
+    ) -> bool:
+        """Take an agent that stopped answering DESCRIBE out of the index and
+        persist it as lifecycle "Removed" (it stays out after a restart; a
+        governance re-ACTIVATE brings it back). ``before_removal`` runs first,
+        under the lock, with the stored agent — it writes the governance notice
+        to the outbox and returns its event id; if it raises, nothing is
+        removed. False if the agent was no longer indexed."""
+        now = rfc3339(self.clock())
+        with self._activate_lock, self._lock:
+            stored = self.store.get(canonical_id)
+            if (
+                stored is None
+                or stored.lifecycle_state != "Active"
+                or canonical_id not in self._registry
+            ):
+                return False
+            event_id = before_removal(stored) if before_removal is not None else None
+            self.store.upsert(replace(stored, lifecycle_state="Removed", updated_at=now))
+            self._unindex(canonical_id)
+        self.audit.record(
+            "freshness_removal",
+            method="DESCRIBE",
+            canonical_id=canonical_id,
+            agent_label=stored.manifest.get("agent_label"),
+            org_domain=stored.manifest.get("org_domain"),
+            reason=reason,
+            failures=failures,
+            last_error=last_error,
+            event_id=event_id,
+        )
+        log.warning(
+            "agent removed for freshness",
+            canonical_id=canonical_id,
+            reason=reason,
+            failures=failures,
+            last_error=last_error,
+        )
+        return True
 
     # -- DESCRIBE -------------------------------------------------------------------------
     def describe(self, req: DescribeRequest) -> dict[str, Any]:

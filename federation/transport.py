@@ -2,17 +2,24 @@
 
 :class:`PeerTransport` sends one request to a peer and returns the status and
 the (size-bounded) body. :class:`HttpxTransport` is the real one: an httpx
-HTTP/2 client per peer (h2c with prior knowledge for ``http://``, ALPN for
+HTTP/2 client per origin (h2c with prior knowledge for ``http://``, ALPN for
 ``https://``) that keeps its connection open across requests and retries
 once when a connection is closed under it. Tests use an in-memory fake.
+
+The same transport serves every outbound AGTP request of this ANS: peers
+(:meth:`HttpxTransport.send`) and, through :meth:`HttpxTransport.request`,
+the index-freshness DESCRIBEs and ``/status`` polls to indexed agents and
+the governance webhook, so the retry rule lives in one place.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ssl
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import httpx
@@ -65,27 +72,40 @@ class PeerTransport(Protocol):
 
 
 class HttpxTransport:
-    """Real AGTP over HTTP/2 to peers, one pooled client per peer."""
+    """Real AGTP over HTTP/2, one pooled client per origin.
 
-    def __init__(self, max_response_bytes: int) -> None:
+    At most ``max_clients`` origins keep a client; the least recently used
+    one is closed when another is needed (the freshness scheduler talks to
+    every indexed agent, a federation to a handful of peers)."""
+
+    def __init__(self, max_response_bytes: int, max_clients: int = 256) -> None:
         self._max = max_response_bytes
-        self._clients: dict[str, httpx.AsyncClient] = {}
+        self._max_clients = max(1, max_clients)
+        self._clients: OrderedDict[tuple[str, str | None, bool], httpx.AsyncClient] = OrderedDict()
+        self._retired: list[httpx.AsyncClient] = []
 
-    def _client(self, peer: Peer) -> httpx.AsyncClient:
-        client = self._clients.get(peer.url)
-        if client is None:
-            prior_knowledge = peer.url.startswith("http://")
-            verify: bool | ssl.SSLContext = True
-            if peer.cacert is not None:
-                verify = ssl.create_default_context(cafile=str(peer.cacert))
-            client = httpx.AsyncClient(
-                http1=not prior_knowledge,
-                http2=True,
-                verify=verify,
-                follow_redirects=False,
-                limits=httpx.Limits(max_connections=4, max_keepalive_connections=2),
-            )
-            self._clients[peer.url] = client
+    def _client(
+        self, origin: str, cacert: Path | None, prior_knowledge: bool
+    ) -> httpx.AsyncClient:
+        key = (origin, str(cacert) if cacert is not None else None, prior_knowledge)
+        client = self._clients.get(key)
+        if client is not None:
+            self._clients.move_to_end(key)
+            return client
+        verify: bool | ssl.SSLContext = True
+        if cacert is not None:
+            verify = ssl.create_default_context(cafile=str(cacert))
+        client = httpx.AsyncClient(
+            http1=not prior_knowledge,
+            http2=True,
+            verify=verify,
+            follow_redirects=False,
+            limits=httpx.Limits(max_connections=4, max_keepalive_connections=2),
+        )
+        self._clients[key] = client
+        while len(self._clients) > self._max_clients:
+            _, old = self._clients.popitem(last=False)
+            self._retired.append(old)  # closed by the next request or aclose()
         return client
 
     async def send(
@@ -97,6 +117,30 @@ class HttpxTransport:
         body: bytes,
         timeout: float,
     ) -> PeerReply:
+        return await self.request(
+            peer.url, method, url, headers, body, timeout, cacert=peer.cacert
+        )
+
+    async def request(
+        self,
+        origin: str,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        timeout: float,
+        *,
+        cacert: Path | None = None,
+        prior_knowledge: bool | None = None,
+    ) -> PeerReply:
+        """One request to ``url`` on the client for ``origin``. ``prior_knowledge``
+        (default: ``http://`` origins) speaks h2c without negotiation; False lets
+        a plain-http endpoint answer in HTTP/1.1 (webhooks)."""
+        if self._retired:
+            retired, self._retired = self._retired, []
+            for old in retired:
+                await old.aclose()
+        h2c = origin.startswith("http://") if prior_knowledge is None else prior_knowledge
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         attempt = 0
@@ -105,15 +149,17 @@ class HttpxTransport:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise PeerTimeout(f"no answer within {timeout:.3f}s")
+            client = self._client(origin, cacert, h2c)
             try:
                 return await asyncio.wait_for(
-                    self._once(peer, method, url, headers, body, remaining), remaining
+                    self._once(client, method, url, headers, body, remaining), remaining
                 )
             except (TimeoutError, httpx.TimeoutException):
                 raise PeerTimeout(f"no answer within {timeout:.3f}s") from None
             except httpx.RemoteProtocolError as exc:
                 # An idle HTTP/2 connection closed under us (e.g. the peer recycled
-                # it): DISCOVER, DESCRIBE and GET are idempotent, so retry once.
+                # it): DISCOVER, DESCRIBE and GET are idempotent (webhook receivers
+                # dedupe by event id), so retry once.
                 if attempt >= 2:
                     raise PeerUnreachable(f"connection closed: {exc}") from None
             except httpx.ConnectError as exc:
@@ -123,14 +169,13 @@ class HttpxTransport:
 
     async def _once(
         self,
-        peer: Peer,
+        client: httpx.AsyncClient,
         method: str,
         url: str,
         headers: Mapping[str, str],
         body: bytes,
         timeout: float,
     ) -> PeerReply:
-        client = self._client(peer)
         request = client.build_request(
             method, url, headers=dict(headers), content=body or None, timeout=timeout
         )
@@ -151,6 +196,7 @@ class HttpxTransport:
             await resp.aclose()
 
     async def aclose(self) -> None:
-        clients, self._clients = list(self._clients.values()), {}
+        clients = [*self._clients.values(), *self._retired]
+        self._clients, self._retired = OrderedDict(), []
         for c in clients:
             await c.aclose()

@@ -29,6 +29,7 @@ MAX_EXAMPLE_TEXT = 2000  # same bound as a DISCOVER intent
 _LABEL_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}")
 _METHOD_RE = re.compile(r"[A-Z][A-Z0-9_-]{0,31}")
 _CANONICAL_RE = re.compile(r"[A-Za-z0-9._:-]{1,256}")
+_ENDPOINT_RE = re.compile(r"https?://[A-Za-z0-9.\[\]:-]+(?:/[^\s?#]*)?")
 TIER2_FIELDS = ("trust_warning", "trust_tier_explanation")
 
 
@@ -180,6 +181,16 @@ CAPABILITY_FIELDS: dict[str, tuple[Any, str]] = {
     "required_scope": (
         lambda v: isinstance(v, str) and len(v) <= 1024 and all(parse_token(t) for t in v.split()),
         "a space-separated scope string",
+    ),
+    # Index freshness (ans.freshness): where the agent answers DESCRIBE and
+    # /status when that is not its manifest_uri, and its session capacity.
+    "endpoint": (
+        lambda v: isinstance(v, str) and len(v) <= 2048 and _ENDPOINT_RE.fullmatch(v),
+        "an http(s) URL without credentials, query or fragment",
+    ),
+    "max_sessions": (
+        lambda v: _is_int(v) and 1 <= v <= 1_000_000_000,
+        "a positive integer",
     ),
 }
 
