@@ -154,9 +154,7 @@ KEY = SigningKey.generate()
 KEYS = TrustedKeys([KEY.public])
 
 
-def mint(
-    key: SigningKey = KEY, header: dict[str, Any] | None = None, **claims: Any
-) -> str:
+def mint(key: SigningKey = KEY, header: dict[str, Any] | None = None, **claims: Any) -> str:
     body: dict[str, Any] = {
         "iss": ISSUER,
         "aud": AUDIENCE,
