@@ -105,7 +105,7 @@ def make_app(
         svc.store.close()
 
 
-def NOW_CLOCK() -> datetime:  # noqa: N802 - a clock, named like the constant it returns
+def NOW_CLOCK() -> datetime:
     return NOW
 
 
@@ -296,7 +296,7 @@ def _cert(uri: str) -> str:
 def test_mtls_agent_id_must_be_a_certificate_san_uri(make_app: Any) -> None:
     app, svc, _ = make_app("mtls")
     assert call(app, tls_chain=[_cert(AGENT)])[0] == 200
-    status, headers, body = call(app, tls_chain=[_cert("agtp://o.example/agents/other")])
+    status, _, body = call(app, tls_chain=[_cert("agtp://o.example/agents/other")])
     assert status == 401 and body["error"]["code"] == "certificate_identity_mismatch"
     status, _, body = call(app)  # no TLS extension at all
     assert status == 401 and body["error"]["code"] == "client_certificate_required"
