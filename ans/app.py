@@ -27,16 +27,19 @@ from ans.protocol.errors import (
     UnsupportedMethod,
 )
 from ans.protocol.messages import (
+    PARSERS,
     SUPPORTED_METHODS,
+    ActivateRequest,
+    AgtpRequest,
+    DescribeRequest,
+    DiscoverRequest,
+    LifecycleRequest,
     encode_error,
-    parse_activate,
-    parse_describe,
-    parse_discover,
-    parse_lifecycle,
     task_id_hint,
 )
 from ans.protocol.status import AGTP_SPECIFIC
 
+from .gate import Credentials, RequestGate
 from .service import AnsService
 
 Scope = MutableMapping[str, Any]
@@ -58,9 +61,19 @@ class Background(Protocol):
 
 
 class AnsApp:
-    def __init__(self, service: AnsService, background: Sequence[Background] = ()) -> None:
+    def __init__(
+        self,
+        service: AnsService,
+        gate: RequestGate | None = None,
+        background: Sequence[Background] = (),
+    ) -> None:
         self.service = service
         self.background = tuple(background)
+        # Open mode with the configured rate limits unless a gate is given
+        # (server.build_gate makes the token/mTLS one).
+        self.gate = gate or RequestGate(
+            service.config, service.audit, service.manifest["canonical_id"], clock=service.clock
+        )
         self.server_agent_id = service.config.agent_id
         self._jwks_body = orjson.dumps(service.jwks())
 
@@ -79,13 +92,18 @@ class AnsApp:
                 await self._http(scope, send)
                 return
             body = await self._read_body(receive, headers)
-            status, payload = await self._agtp(method, headers, body)
+            creds = Credentials.from_request(headers, scope.get("extensions"))
+            status, payload = await self._agtp(method, headers, body, creds)
             await self._send(send, status, task_id_of(payload, task_id), orjson.dumps(payload))
         except AgtpError as exc:
             if exc.status in AGTP_SPECIFIC:
                 log.info("governance signal", status=exc.status, code=exc.code)
             await self._send(
-                send, exc.status, task_id, encode_error(exc.status, task_id, exc.code, exc.message)
+                send,
+                exc.status,
+                task_id,
+                encode_error(exc.status, task_id, exc.code, exc.message),
+                exc.headers,
             )
         except Exception:
             log.exception("unhandled error", path=scope.get("path"), method=scope.get("method"))
@@ -95,27 +113,33 @@ class AnsApp:
             )
 
     async def _agtp(
-        self, method: str, headers: dict[str, str], body: bytes
+        self, method: str, headers: dict[str, str], body: bytes, creds: Credentials
     ) -> tuple[int, dict[str, Any]]:
+        """parse (400/422) -> authenticate (401) -> rate limit (429) -> the
+        method, whose scope (451) and zone (453) checks see the effective identity."""
+        parse = PARSERS.get(method)
+        if parse is None:
+            raise UnsupportedMethod(
+                f"method {method[:32]!r} is not served here; "
+                f"supported: {', '.join(SUPPORTED_METHODS)}"
+            )
+        req: AgtpRequest = parse(headers, body, self.service.limits)
+        req = self.gate.admit(method, req, creds)
+        return await self._dispatch(req)
+
+    async def _dispatch(self, req: AgtpRequest) -> tuple[int, dict[str, Any]]:
         svc = self.service
-        if method == "DISCOVER":
-            req = parse_discover(headers, body, svc.limits)
+        if isinstance(req, DiscoverRequest):
             result = await svc.discover_async(req)
-            return 200, {"status": 200, "task_id": req.task_id, "result": result}
-        if method == "DESCRIBE":
-            dreq = parse_describe(headers, body, svc.limits)
-            return 200, {"status": 200, "task_id": dreq.task_id, "result": svc.describe(dreq)}
-        if method == "ACTIVATE":
-            areq = parse_activate(headers, body, svc.limits)
-            result = await asyncio.to_thread(svc.activate, areq)
-            return 200, {"status": 200, "task_id": areq.task_id, "result": result}
-        if method == "LIFECYCLE":
-            lreq = parse_lifecycle(headers, body, svc.limits)
-            result = await asyncio.to_thread(svc.lifecycle, lreq)
-            return 200, {"status": 200, "task_id": lreq.task_id, "result": result}
-        raise UnsupportedMethod(
-            f"method {method[:32]!r} is not served here; supported: {', '.join(SUPPORTED_METHODS)}"
-        )
+        elif isinstance(req, DescribeRequest):
+            result = svc.describe(req)
+        elif isinstance(req, ActivateRequest):
+            result = await asyncio.to_thread(svc.activate, req)
+        elif isinstance(req, LifecycleRequest):
+            result = await asyncio.to_thread(svc.lifecycle, req)
+        else:  # pragma: no cover - every parser above has a branch here
+            raise UnsupportedMethod(f"no handler for {type(req).__name__}")
+        return 200, {"status": 200, "task_id": req.task_id, "result": result}
 
     async def _http(self, scope: Scope, send: Send) -> None:
         path = scope["path"]
@@ -159,8 +183,16 @@ class AnsApp:
             raise BodyTooLarge(f"body exceeds the limit of {limit} bytes")
         return b"".join(chunks)
 
-    async def _send(self, send: Send, status: int, task_id: str | None, body: bytes) -> None:
+    async def _send(
+        self,
+        send: Send,
+        status: int,
+        task_id: str | None,
+        body: bytes,
+        extra: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         headers = response_headers(status, task_id, self.server_agent_id)
+        headers.extend((k.encode("latin-1"), v.encode("latin-1", "replace")) for k, v in extra)
         await self._raw(send, status, headers, body)
 
     @staticmethod
@@ -189,6 +221,7 @@ class AnsApp:
                         await task.stop()
                     except Exception:
                         log.exception("background task did not stop cleanly")
+                self.gate.flush()
                 if self.service.federator is not None:
                     await self.service.federator.aclose()
                 await send({"type": "lifespan.shutdown.complete"})

@@ -186,7 +186,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"ANS demo catalog: {n} agents activated (demo governance kid {built.demo_key.kid})",
             flush=True,
         )
-    serve_forever(built.service, cfg, freshness=built.freshness)
+    serve_forever(built.service, cfg, gate=built.gate, freshness=built.freshness)
     return 0
 
 

@@ -19,6 +19,7 @@ from ans.federation.peers import (
     check_peers,
     federation_from_table,
 )
+from ans.governance.ratelimit import RateLimitSettings
 
 from .freshness import FreshnessConfigError, FreshnessSettings, freshness_from_table
 
@@ -45,6 +46,7 @@ class Config:
     tls_keyfile: Path | None = None
     keep_alive_max_requests: int = 100_000
     keep_alive_timeout: float = 300.0
+    tls_client_ca: Path | None = None  # CA bundle for client certificates (auth mode mtls)
     # [ans] identity of this server
     data_dir: Path = Path("ans-data")
     agent_id: str = "agtp://localhost/agents/ans"
@@ -64,6 +66,15 @@ class Config:
     # (s) in the future are refused (409 stale_event).
     lifecycle_max_age: float = 86400.0
     lifecycle_max_skew: float = 300.0
+    # [auth] requester authentication: "open" (self-asserted identity headers),
+    # "token" (governance-issued ES256 JWT in Authorization: Bearer) or "mtls"
+    auth_mode: str = "open"
+    token_issuer: str = ""  # required in token mode: the iss every token must carry
+    token_audience: str = ""  # the aud this ANS accepts; "" means agent_id
+    token_jwks: tuple[Path, ...] = ()  # token issuer keys; () means governance_jwks
+    token_leeway: float = 30.0  # seconds of clock skew allowed on exp/nbf
+    # [rate_limit] per Agent-ID
+    rate_limit: RateLimitSettings = field(default_factory=RateLimitSettings)
     # [discovery]
     default_limit: int = 10
     max_limit: int = 100
@@ -117,7 +128,40 @@ class Config:
             raise ConfigError(f"zone {both[0]!r} is listed both public and restricted")
         if self.unlisted_zones not in ("public", "restricted"):
             raise ConfigError('[zones] unlisted must be "public" or "restricted"')
+        self._validate_auth()
         return self
+
+    @property
+    def audience(self) -> str:
+        """The token audience this ANS accepts."""
+        return self.token_audience or self.agent_id
+
+    def _validate_auth(self) -> None:
+        if self.auth_mode not in AUTH_MODES:
+            raise ConfigError(f"auth mode must be one of {', '.join(AUTH_MODES)}")
+        if self.auth_mode == "token":
+            if not self.token_issuer:
+                raise ConfigError("auth mode token needs token_issuer in [auth]")
+            if not (self.token_jwks or self.governance_jwks or self.demo):
+                raise ConfigError(
+                    "auth mode token needs token issuer keys: token_jwks in [auth] "
+                    "(or governance_jwks)"
+                )
+            if not 0 <= self.token_leeway <= 600:
+                raise ConfigError("token_leeway must be between 0 and 600 seconds")
+        if self.auth_mode == "mtls":
+            if self.tls_certfile is None or self.tls_client_ca is None:
+                raise ConfigError(
+                    "auth mode mtls needs tls_certfile, tls_keyfile and tls_client_ca in [server]"
+                )
+        elif self.tls_client_ca is not None:
+            raise ConfigError("tls_client_ca is only used with auth mode mtls")
+        problems = self.rate_limit.problems()
+        if problems:
+            raise ConfigError(f"[rate_limit]: {problems[0]}")
+
+
+AUTH_MODES = ("open", "token", "mtls")
 
 
 _SECTIONS = {
@@ -127,6 +171,7 @@ _SECTIONS = {
         "tls_keyfile",
         "keep_alive_max_requests",
         "keep_alive_timeout",
+        "tls_client_ca",
     },
     "ans": {
         "data_dir",
@@ -152,20 +197,24 @@ _SECTIONS = {
         "min_equivalent_confidence",
     },
     "logging": {"log_level", "log_format"},
+    "auth": {"mode", "token_issuer", "token_audience", "token_jwks", "token_leeway"},
 }
-_PATHS = {"tls_certfile", "tls_keyfile", "data_dir"}
-_ZONE_KEYS = {
-    "restricted": "restricted_zones",
-    "public": "public_zones",
-    "unlisted": "unlisted_zones",
+# TOML keys whose Config field has another name.
+_RENAMED: dict[tuple[str, str], str] = {
+    ("auth", "mode"): "auth_mode",
+    ("zones", "restricted"): "restricted_zones",
+    ("zones", "public"): "public_zones",
+    ("zones", "unlisted"): "unlisted_zones",
 }
+_PATHS = {"tls_certfile", "tls_keyfile", "tls_client_ca", "data_dir"}
+_PATH_LISTS = {"governance_jwks", "token_jwks"}
 
 
 def _coerce(name: str, value: Any, base: Path) -> Any:
     if name in _PATHS:
         p = Path(value)
         return p if p.is_absolute() else base / p
-    if name == "governance_jwks":
+    if name in _PATH_LISTS:
         items = [value] if isinstance(value, str) else list(value)
         return tuple(Path(v) if Path(v).is_absolute() else base / v for v in items)
     if name in ("restricted_zones", "public_zones"):
@@ -201,6 +250,9 @@ def load(path: Path | None, **overrides: Any) -> Config:
                 except FreshnessConfigError as exc:
                     raise ConfigError(str(exc)) from None
                 continue
+            if section == "rate_limit":
+                values["rate_limit"] = _rate_limit(body)
+                continue
             if section == "ranking":
                 try:
                     values["ranking"] = RankingWeights(**body)
@@ -213,13 +265,12 @@ def load(path: Path | None, **overrides: Any) -> Config:
             for key, value in body.items():
                 if key not in allowed:
                     raise ConfigError(f"unknown key {key!r} in [{section}]")
-                if section == "zones":
-                    key = _ZONE_KEYS[key]
-                    if key in ("restricted_zones", "public_zones"):
-                        if not isinstance(value, list):
-                            raise ConfigError(f"[zones] {key.split('_')[0]} must be a list")
-                        value = tuple(values.get(key, ())) + tuple(value)
-                values[key] = _coerce(key, value, base)
+                name: str = _RENAMED.get((section, key)) or key
+                if name in ("restricted_zones", "public_zones"):
+                    if not isinstance(value, list):
+                        raise ConfigError(f"[{section}] {key} must be a list")
+                    value = tuple(values.get(name, ())) + tuple(value)
+                values[name] = _coerce(name, value, base)
     known = {f.name for f in fields(Config)}
     for key, value in overrides.items():
         if key not in known:
@@ -244,8 +295,29 @@ def load(path: Path | None, **overrides: Any) -> Config:
     return cfg.validate()
 
 
+def _rate_limit(body: Any) -> RateLimitSettings:
+    if not isinstance(body, dict):
+        raise ConfigError("[rate_limit] must be a table")
+    defaults = RateLimitSettings()
+    values: dict[str, Any] = {}
+    for key, value in body.items():
+        if key not in {f.name for f in fields(RateLimitSettings)}:
+            raise ConfigError(f"unknown key {key!r} in [rate_limit]")
+        if key == "exempt_agent_ids":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ConfigError("[rate_limit] exempt_agent_ids must be a list of Agent-IDs")
+            value = tuple(value)
+        else:
+            try:
+                _check_type(key, value, getattr(defaults, key))
+            except ConfigError:
+                raise ConfigError(f"[rate_limit] {key} has the wrong type") from None
+        values[key] = value
+    return replace(defaults, **values)
+
+
 def _check_type(key: str, value: Any, default: Any) -> None:
-    if key in ("tls_certfile", "tls_keyfile"):
+    if key in ("tls_certfile", "tls_keyfile", "tls_client_ca"):
         ok = isinstance(value, Path)
     elif key == "peers":
         ok = isinstance(value, tuple) and all(isinstance(v, Peer) for v in value)

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import signal
 import socket
+import ssl
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,7 +31,9 @@ from ans.governance.policy import ZonePolicy
 
 from .app import AnsApp
 from .config import Config
+from .gate import RequestGate
 from .matcher import CapabilityIndex, Embedder, WordLlamaEmbedder
+from .mtls import serve_with_client_certs
 from .outbox import Outbox
 from .refresher import FreshnessRunner
 from .service import AnsService, Clock, utc_now
@@ -71,6 +74,7 @@ def configure_logging(level: str = "info", fmt: str = "console") -> None:
 class Built:
     service: AnsService
     demo_key: SigningKey | None
+    gate: RequestGate | None = None
     freshness: FreshnessRunner | None = None
 
 
@@ -88,6 +92,32 @@ def build_freshness(service: AnsService, config: Config) -> FreshnessRunner | No
     )
 
 
+def load_keys(paths: tuple[Path, ...], into: TrustedKeys | None = None) -> TrustedKeys:
+    keys = into if into is not None else TrustedKeys()
+    for path in paths:
+        loaded = TrustedKeys.load_jwks_file(Path(path))
+        for kid in loaded.kids():
+            key = loaded.get(kid)
+            assert key is not None
+            keys.add(key)
+    return keys
+
+
+def build_gate(
+    config: Config, service: AnsService, governance_keys: TrustedKeys, clock: Clock
+) -> RequestGate:
+    """Requester authentication and rate limits. Token issuer keys: token_jwks,
+    or by default the trusted governance keys."""
+    token_keys = None
+    if config.auth_mode == "token":
+        token_keys = load_keys(config.token_jwks) if config.token_jwks else governance_keys
+        if len(token_keys) == 0:
+            log.warning("auth mode token without issuer keys: every token will be refused")
+    return RequestGate(
+        config, service.audit, service.manifest["canonical_id"], token_keys, clock=clock
+    )
+
+
 def build_service(
     config: Config, *, embedder: Embedder | None = None, clock: Clock = utc_now
 ) -> Built:
@@ -95,12 +125,7 @@ def build_service(
     data = config.data_dir
     data.mkdir(parents=True, exist_ok=True)
     signing_key = SigningKey.load_or_create(data / SIGNING_KEY_FILE)
-    trusted = TrustedKeys()
-    for path in config.governance_jwks:
-        for kid in (loaded := TrustedKeys.load_jwks_file(Path(path))).kids():
-            key = loaded.get(kid)
-            assert key is not None
-            trusted.add(key)
+    trusted = load_keys(config.governance_jwks)
     demo_key = None
     if config.demo:
         demo_key = SigningKey.load_or_create(data / DEMO_GOVERNANCE_KEY_FILE)
@@ -147,6 +172,8 @@ def build_service(
         signing_kid=signing_key.kid,
         trusted_governance_keys=trusted.kids(),
         federation_peers=[f"{p.tier}@{p.url}" for p in config.peers],
+        auth_mode=config.auth_mode,
+        rate_limit=config.rate_limit.enabled,
     )
     freshness = build_freshness(service, config)
     if config.demo and config.freshness.enabled:
@@ -160,7 +187,7 @@ def build_service(
             failures_before_removal=s.failures_before_removal,
             webhook=s.webhook_url is not None,
         )
-    return Built(service, demo_key, freshness)
+    return Built(service, demo_key, build_gate(config, service, trusted, clock), freshness)
 
 
 def bind_socket(config: Config) -> socket.socket:
@@ -193,6 +220,10 @@ def hypercorn_config(config: Config, sock: socket.socket) -> HypercornConfig:
         hc.certfile = str(config.tls_certfile)
         hc.keyfile = str(config.tls_keyfile)
         hc.alpn_protocols = ["h2", "http/1.1"]
+    if config.auth_mode == "mtls":
+        # Every connection must present a certificate issued by the client CA.
+        hc.ca_certs = str(config.tls_client_ca)
+        hc.verify_mode = ssl.CERT_REQUIRED
     return hc
 
 
@@ -201,20 +232,24 @@ def serve_forever(
     config: Config,
     on_ready: Callable[[str], None] | None = None,
     freshness: FreshnessRunner | None = None,
+    gate: RequestGate | None = None,
 ) -> None:
     sock = bind_socket(config)
     host, port = sock.getsockname()[:2]
     scheme = "https" if config.tls_certfile else "http"
     url = f"{scheme}://{'[' + host + ']' if ':' in host else host}:{port}"
-    app = AnsApp(service, (freshness,) if freshness is not None else ())
+    app = AnsApp(service, gate, (freshness,) if freshness is not None else ())
     hc = hypercorn_config(config, sock)
+    # hypercorn does not hand the peer certificate to the app; in mtls mode
+    # our accept loop adds it as the ASGI TLS extension (see ans.mtls).
+    serve_fn = serve_with_client_certs if config.auth_mode == "mtls" else serve
 
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        server = asyncio.create_task(serve(app, hc, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
+        server = asyncio.create_task(serve_fn(app, hc, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
         await asyncio.sleep(0)
         print(f"ANS listening on {url}", flush=True)
         if on_ready:

@@ -242,7 +242,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="ans-fedbench-") as tmp:
         jwks_file = Path(tmp) / "gov.jwks.json"
         jwks_file.write_text(json.dumps({"keys": [gov.public.jwk()]}), encoding="utf-8")
-        common = ("--governance-jwks", str(jwks_file), "--log-level", "warning")
+        # A benchmark floods from one Agent-ID on purpose: no per-Agent-ID rate limit.
+        no_limit = Path(tmp) / "bench.toml"
+        no_limit.write_text("[rate_limit]\nenabled = false\n", encoding="utf-8")
+        common = (
+            "--governance-jwks",
+            str(jwks_file),
+            "--log-level",
+            "warning",
+            "--config",
+            str(no_limit),
+        )
         try:
             for name in ("B", "C", "A_local"):
                 servers[name] = start_server(Path(tmp) / name, *common)

@@ -156,12 +156,17 @@ def http_check(
 ) -> dict[str, Any]:
     """ACTIVATE every agent and send ``queries`` to a real server over HTTP/2;
     compare each signed answer with the in-process one."""
+    # Bulk ACTIVATE and 200 queries from one Agent-ID: no per-Agent-ID rate limit.
+    no_limit = workdir / "bench.toml"
+    no_limit.write_text("[rate_limit]\nenabled = false\n", encoding="utf-8")
     server = start_server(
         workdir / "http-data",
         "--governance-jwks",
         str(workdir / "gov.jwks.json"),
         "--log-level",
         "warning",
+        "--config",
+        str(no_limit),
     )
     url = server.url
     agree = verified = 0

@@ -238,6 +238,10 @@ class Federator:
         }
         if req.task_id is not None:
             headers["task-id"] = req.task_id
+        if req.identity.bearer_token is not None:
+            # Token mode: the caller's governance token, unchanged; a peer in
+            # token mode accepts it only if it is in the token's audience.
+            headers["authorization"] = f"Bearer {req.identity.bearer_token}"
         reply = await self.transport.send(
             peer, "DISCOVER", peer.url + "/", headers, body, remaining
         )

@@ -4,7 +4,9 @@ Each failure is a subclass of :class:`AgtpError` carrying an AGTP ``status``
 and a stable machine-readable ``code``; the message is for humans. The server
 turns any ``AgtpError`` into ``{"status", "task_id", "error": {"code",
 "message"}}`` with the HTTP status equal to the AGTP status. ``ERROR_CODES``
-lists every code, so docs and tests can enumerate them.
+lists every code, so docs and tests can enumerate them. An error may carry
+extra response ``headers`` (e.g. ``Retry-After`` on 429, ``WWW-Authenticate``
+on 401) that the server sends with the error body.
 """
 
 from __future__ import annotations
@@ -20,9 +22,17 @@ class AgtpError(Exception):
     status: ClassVar[int] = Status.BAD_REQUEST
     code: ClassVar[str] = "bad_request"
 
-    def __init__(self, message: str, *, code: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        headers: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         super().__init__(message)
         self.message = message
+        # Extra response headers (lowercase names), sent with the error body.
+        self.headers = headers
         if code is not None:
             # Per-instance code for families of one failure kind (e.g. one code
             # per missing header or invalid parameter); always registered below.
@@ -96,6 +106,13 @@ class InvalidBody(BadRequest):
 class Unauthorized(AgtpError):
     status = Status.UNAUTHORIZED
     code = "unauthorized"
+
+
+class AuthenticationFailed(Unauthorized):
+    """The requester could not be authenticated (bearer token or client
+    certificate); the per-instance code says which check failed."""
+
+    code = "missing_token"
 
 
 class NotFound(AgtpError):
@@ -221,6 +238,27 @@ LIFECYCLE_CODES = (
     "signing_key_removed",  # 401: the manifest's governance key is no longer trusted
 )
 
+# 401 codes of requester authentication (auth modes "token" and "mtls").
+TOKEN_FAILURE_CODES = (
+    "missing_token",
+    "token_too_large",
+    "token_malformed",
+    "token_algorithm_not_allowed",
+    "token_unsupported_header",
+    "token_unknown_key",
+    "token_signature_invalid",
+    "token_expired",
+    "token_not_yet_valid",
+    "token_wrong_audience",
+    "token_wrong_issuer",
+    "token_subject_mismatch",
+    "token_principal_mismatch",
+    "token_zone_mismatch",
+    "token_missing_claim",
+    "token_invalid_claim",
+)
+CERTIFICATE_FAILURE_CODES = ("client_certificate_required", "certificate_identity_mismatch")
+
 MANIFEST_CHECK_CODES = (
     "invalid_manifest",
     "manifest_missing_field",
@@ -248,4 +286,6 @@ ERROR_CODES: frozenset[str] = frozenset(
     | {"invalid_start_line", "invalid_header_line", "invalid_content_length"}
     | set(MANIFEST_CHECK_CODES)
     | set(LIFECYCLE_CODES)
+    | set(TOKEN_FAILURE_CODES)
+    | set(CERTIFICATE_FAILURE_CODES)
 )

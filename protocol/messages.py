@@ -80,6 +80,10 @@ class Identity:
     session_id: str | None = None
     # The Authority-Scope header exactly as received (federation forwards it unchanged).
     scope_header: str = field(default="", compare=False)
+    # Set by requester authentication in token mode: the verified bearer token
+    # (forwarded unchanged to federation peers) and its optional zone claim.
+    bearer_token: str | None = field(default=None, compare=False, repr=False)
+    token_zone: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

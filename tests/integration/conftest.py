@@ -31,7 +31,13 @@ def server(
     tmp_path_factory: pytest.TempPathFactory, test_gov_key: tuple[SigningKey, Path]
 ) -> Iterator[RunningServer]:
     data = tmp_path_factory.mktemp("ans-data")
-    srv = start_server(data, "--demo", "--governance-jwks", str(test_gov_key[1]))
+    # The functional tests send many requests from one Agent-ID (60 concurrent
+    # DISCOVERs, ...): no rate limit here; test_integration_auth tests it.
+    cfg = tmp_path_factory.mktemp("ans-config") / "ans.toml"
+    cfg.write_text("[rate_limit]\nenabled = false\n")
+    srv = start_server(
+        data, "--demo", "--governance-jwks", str(test_gov_key[1]), "--config", str(cfg)
+    )
     yield srv
     stop_server(srv)
 

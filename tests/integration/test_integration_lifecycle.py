@@ -75,7 +75,11 @@ def ans(
     tmp_path: Path, server_factory: Callable[..., Any], test_gov_key: tuple[SigningKey, Path]
 ) -> dict[str, Any]:
     key, jwks = test_gov_key
-    srv = server_factory(tmp_path / "data", "--governance-jwks", str(jwks))
+    cfg = tmp_path / "ans.toml"
+    cfg.write_text("[rate_limit]\nenabled = false\n")  # the load below floods on purpose
+    srv = server_factory(
+        tmp_path / "data", "--governance-jwks", str(jwks), "--config", str(cfg)
+    )
     ids = {}
     with httpx.Client(base_url=srv.url, http1=False, http2=True, timeout=30) as c:
         for label in JOBS:

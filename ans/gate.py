@@ -1,0 +1,181 @@
+"""The requester gate: the one place in the request path where an
+identity-bearing AGTP request is authenticated (401) and rate limited (429),
+after parsing and before the service's scope (451) and zone (453) checks.
+
+A request is identity-bearing when it carries an ``identity`` (DISCOVER,
+ACTIVATE, DESCRIBE of an indexed agent, and any later method whose typed
+request has one); DESCRIBE of this ANS itself is the bootstrap and is never
+gated. On success the request comes back with its *effective* identity (in
+token mode: scope = header scope ∩ token scope, plus the verified token for
+federation), so every later check uses it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import structlog
+
+from ans.governance.audit import AuditLog
+from ans.governance.auth import (
+    Authenticated,
+    TokenPolicy,
+    authenticate_certificate,
+    authenticate_token,
+)
+from ans.governance.ratelimit import AuditNote, RateLimiter
+from ans.governance.signing import KeyLookup
+from ans.protocol.errors import AgtpError, InvalidHeader, RateLimited
+from ans.protocol.messages import ZONE_RE, DescribeRequest, Identity
+
+from .config import Config
+from .service import Clock
+
+log = structlog.get_logger("ans.gate")
+ZONE_HEADER = "agtp-zone-id"
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """What the transport saw besides the AGTP identity headers."""
+
+    authorization: str | None = None
+    zone_header: str | None = None
+    client_cert_chain: tuple[str, ...] = ()  # PEM, leaf first (ASGI TLS extension)
+
+    @classmethod
+    def from_request(
+        cls, headers: dict[str, str], scope_extensions: dict[str, Any] | None
+    ) -> Credentials:
+        chain: tuple[str, ...] = ()
+        tls = (scope_extensions or {}).get("tls")
+        if isinstance(tls, dict):
+            certs = tls.get("client_cert_chain") or ()
+            chain = tuple(c for c in certs if isinstance(c, str))
+        return cls(headers.get("authorization"), headers.get(ZONE_HEADER), chain)
+
+    def zone(self) -> str | None:
+        """The AGTP-Zone-ID header, validated (400 when malformed)."""
+        if self.zone_header is None or not self.zone_header.strip():
+            return None
+        zone = self.zone_header.strip()
+        if ZONE_RE.fullmatch(zone) is None:
+            raise InvalidHeader(
+                "AGTP-Zone-ID must be a zone id such as 'zone:finance'",
+                code="invalid_agtp_zone_id",
+            )
+        return zone
+
+
+class RequestGate:
+    def __init__(
+        self,
+        config: Config,
+        audit: AuditLog,
+        own_canonical_id: str,
+        token_keys: KeyLookup | None = None,
+        clock: Clock | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.mode = config.auth_mode
+        self.audit = audit
+        self.own_canonical_id = own_canonical_id
+        self.token_keys = token_keys
+        self.policy = TokenPolicy(config.token_issuer, config.audience, config.token_leeway)
+        self.clock = clock
+        self.limiter = RateLimiter(config.rate_limit, monotonic)
+        if self.mode == "token" and (token_keys is None or clock is None):
+            raise ValueError("token mode needs token issuer keys and a clock")
+
+    def identity_of(self, req: Any) -> Identity | None:
+        if isinstance(req, DescribeRequest) and req.canonical_id in (None, self.own_canonical_id):
+            return None  # DESCRIBE of this ANS: how a client bootstraps trust, never gated
+        identity = getattr(req, "identity", None)
+        return identity if isinstance(identity, Identity) else None
+
+    def admit(self, method: str, req: R, creds: Credentials) -> R:
+        """Authenticate, then rate limit; return the request with its effective identity."""
+        identity = self.identity_of(req)
+        if identity is None:
+            return req
+        task_id = getattr(req, "task_id", None)
+        auth = self._authenticate(method, identity, creds, task_id)
+        self._rate_limit(method, auth.identity, task_id)
+        if auth.identity is identity:
+            return req
+        return dataclasses.replace(req, identity=auth.identity)  # type: ignore[type-var]
+
+    def _authenticate(
+        self, method: str, identity: Identity, creds: Credentials, task_id: str | None
+    ) -> Authenticated:
+        if self.mode == "token":
+            creds.zone()  # a malformed AGTP-Zone-ID is a 400, before the 401 checks
+        try:
+            if self.mode == "token":
+                assert self.token_keys is not None and self.clock is not None
+                return authenticate_token(
+                    identity,
+                    creds.authorization,
+                    creds.zone(),
+                    self.token_keys,
+                    self.policy,
+                    self.clock(),
+                )
+            if self.mode == "mtls":
+                return authenticate_certificate(identity, creds.client_cert_chain)
+        except AgtpError as exc:
+            self.audit.record(
+                "authentication_failed",
+                status=exc.status,
+                code=exc.code,
+                reason=exc.message,
+                auth_mode=self.mode,
+                method=method,
+                agent_id=identity.agent_id,
+                principal_id=identity.principal_id,
+                task_id=task_id,
+                zone_header=creds.zone_header[:128] if creds.zone_header else None,
+            )
+            raise
+        return Authenticated(identity)
+
+    def _rate_limit(self, method: str, identity: Identity, task_id: str | None) -> None:
+        decision = self.limiter.check(identity.agent_id, method)
+        for note in decision.notes:
+            self._write(note, method, identity, task_id)
+        if not decision.allowed:
+            raise RateLimited(
+                f"too many requests from this Agent-ID; retry after {decision.retry_after}s",
+                headers=(("retry-after", str(decision.retry_after)),),
+            )
+
+    def _write(self, note: AuditNote, method: str, identity: Identity, task_id: str | None) -> None:
+        fields: dict[str, Any] = {"auth_mode": self.mode}
+        if note.event == "rate_limited":
+            fields.update(status=429, code="rate_limited")
+        if note.fields.get("summary"):
+            # A summary of earlier refusals: not about the request at hand.
+            fields.update(note.fields)
+        else:
+            fields.update(
+                method=method,
+                agent_id=identity.agent_id,
+                principal_id=identity.principal_id,
+                task_id=task_id,
+                **note.fields,
+            )
+        self.audit.record(note.event, **fields)
+        if note.event == "enumeration_suspected":
+            log.warning("enumeration suspected", agent_id=identity.agent_id)
+
+    def flush(self) -> None:
+        """Write pending suppressed-refusal counts (at shutdown)."""
+        for note in self.limiter.flush():
+            self.audit.record(
+                note.event, auth_mode=self.mode, status=429, code="rate_limited", **note.fields
+            )

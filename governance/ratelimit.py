@@ -1,0 +1,208 @@
+"""Rate limits per Agent-ID (discovery draft 7.2), sans-IO.
+
+* A token bucket per Agent-ID: ``rate`` tokens per second, at most ``burst``;
+  each request takes one; an empty bucket is a 429 with ``Retry-After`` =
+  the whole seconds until one token is back (at least 1).
+* Audit without flooding the audit log: the first refusal for an Agent-ID
+  writes a ``rate_limited`` note and opens an ``audit_window``; refusals
+  inside the window are only counted. The count is written as ``suppressed``
+  on the next note for that Agent-ID: the first refusal after the window, or
+  (``summary: true``) its next admitted request after the window, its
+  eviction, or :meth:`RateLimiter.flush` at shutdown.
+* Enumeration signal: ``enumeration_threshold`` or more DISCOVERs within
+  ``enumeration_window`` seconds (sliding-window estimate from the current
+  and previous fixed windows) writes one ``enumeration_suspected`` note per
+  Agent-ID per window, whether or not the requests were served.
+* Memory is bounded: at most ``max_tracked`` Agent-IDs; a new one evicts the
+  least recently seen idle Agent-ID (bucket full, nothing pending) or, if
+  none of the oldest ``EVICTION_SCAN`` is idle, the least recently seen.
+
+The limiter returns :class:`AuditNote` values; the caller writes them.
+Time comes from an injected monotonic clock.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+Monotonic = Callable[[], float]
+EVICTION_SCAN = 64
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitSettings:
+    enabled: bool = True
+    rate: float = 50.0  # tokens per second
+    burst: int = 100
+    exempt_agent_ids: tuple[str, ...] = ()
+    max_tracked: int = 10_000
+    audit_window: float = 60.0  # seconds: at most one rate_limited record per Agent-ID
+    enumeration_threshold: int = 300  # DISCOVERs ... (0 disables the signal)
+    enumeration_window: float = 10.0  # ... within this many seconds
+
+    def problems(self) -> list[str]:
+        out = []
+        if not (self.rate > 0 and math.isfinite(self.rate)):
+            out.append("rate must be a positive number of requests per second")
+        if self.burst < 1:
+            out.append("burst must be at least 1")
+        if self.max_tracked < 1:
+            out.append("max_tracked must be at least 1")
+        if not self.audit_window > 0:
+            out.append("audit_window must be positive")
+        if self.enumeration_threshold < 0:
+            out.append("enumeration_threshold must be >= 0 (0 disables it)")
+        if not self.enumeration_window > 0:
+            out.append("enumeration_window must be positive")
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class AuditNote:
+    event: str
+    fields: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    allowed: bool
+    retry_after: int = 0  # whole seconds, >= 1 when refused
+    notes: tuple[AuditNote, ...] = ()
+
+
+@dataclass(slots=True)
+class _Agent:
+    tokens: float
+    updated: float
+    audit_until: float | None = None  # end of the open rate_limited audit window
+    suppressed: int = 0  # refusals in the window without a record of their own
+    win_start: float = 0.0  # enumeration: current fixed window
+    win_count: int = 0
+    prev_count: int = 0
+    reported_until: float = field(default=-math.inf)
+
+
+class RateLimiter:
+    def __init__(self, settings: RateLimitSettings, monotonic: Monotonic = time.monotonic) -> None:
+        self.settings = settings
+        self._now = monotonic
+        self._exempt = frozenset(settings.exempt_agent_ids)
+        self._agents: OrderedDict[str, _Agent] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._agents)
+
+    def check(self, agent_id: str, method: str) -> Decision:
+        """Count one request by ``agent_id``; refuse it if its bucket is empty."""
+        s = self.settings
+        now = self._now()
+        limited = s.enabled and agent_id not in self._exempt
+        counts = method == "DISCOVER" and s.enumeration_threshold > 0
+        if not limited and not counts:
+            return Decision(True)
+        notes: list[AuditNote] = []
+        agent = self._agent(agent_id, now, notes)
+        if counts:
+            self._count_discover(agent_id, agent, now, notes)
+        if not limited:
+            return Decision(True, notes=tuple(notes))
+        self._refill(agent, now)
+        if agent.tokens >= 1.0:
+            agent.tokens -= 1.0
+            if agent.suppressed and agent.audit_until is not None and now >= agent.audit_until:
+                notes.append(self._summary(agent_id, agent))
+            return Decision(True, notes=tuple(notes))
+        retry = max(1, math.ceil((1.0 - agent.tokens) / s.rate))
+        if agent.audit_until is None or now >= agent.audit_until:
+            notes.append(
+                AuditNote(
+                    "rate_limited",
+                    {"retry_after": retry, "suppressed": agent.suppressed, "summary": False},
+                )
+            )
+            agent.suppressed = 0
+            agent.audit_until = now + s.audit_window
+        else:
+            agent.suppressed += 1
+        return Decision(False, retry, tuple(notes))
+
+    def flush(self) -> list[AuditNote]:
+        """Summaries of every pending suppressed count (e.g. at shutdown)."""
+        notes = []
+        for agent_id, agent in self._agents.items():
+            if agent.suppressed:
+                notes.append(self._summary(agent_id, agent))
+        return notes
+
+    # -- internals ---------------------------------------------------------------------
+    def _agent(self, agent_id: str, now: float, notes: list[AuditNote]) -> _Agent:
+        agent = self._agents.get(agent_id)
+        if agent is not None:
+            self._agents.move_to_end(agent_id)
+            return agent
+        if len(self._agents) >= self.settings.max_tracked:
+            self._evict(now, notes)
+        agent = _Agent(tokens=float(self.settings.burst), updated=now, win_start=now)
+        self._agents[agent_id] = agent
+        return agent
+
+    def _evict(self, now: float, notes: list[AuditNote]) -> None:
+        victim = None
+        for i, (agent_id, agent) in enumerate(self._agents.items()):
+            if i >= EVICTION_SCAN:
+                break
+            self._refill(agent, now)
+            if agent.tokens >= self.settings.burst and not agent.suppressed:
+                victim = agent_id
+                break
+        if victim is None:
+            victim = next(iter(self._agents))
+        agent = self._agents.pop(victim)
+        if agent.suppressed:
+            notes.append(self._summary(victim, agent))
+
+    def _refill(self, agent: _Agent, now: float) -> None:
+        elapsed = max(0.0, now - agent.updated)
+        agent.tokens = min(float(self.settings.burst), agent.tokens + elapsed * self.settings.rate)
+        agent.updated = now
+
+    def _summary(self, agent_id: str, agent: _Agent) -> AuditNote:
+        note = AuditNote(
+            "rate_limited",
+            {"agent_id": agent_id, "suppressed": agent.suppressed, "summary": True},
+        )
+        agent.suppressed = 0
+        agent.audit_until = None
+        return note
+
+    def _count_discover(
+        self, agent_id: str, agent: _Agent, now: float, notes: list[AuditNote]
+    ) -> None:
+        s = self.settings
+        w = s.enumeration_window
+        elapsed = now - agent.win_start
+        if elapsed >= w:
+            # Roll the fixed windows forward; a gap of two windows forgets the past.
+            agent.prev_count = agent.win_count if elapsed < 2 * w else 0
+            agent.win_start += w * math.floor(elapsed / w)
+            agent.win_count = 0
+            elapsed = now - agent.win_start
+        agent.win_count += 1
+        estimate = agent.prev_count * (1.0 - elapsed / w) + agent.win_count
+        if estimate >= s.enumeration_threshold and now >= agent.reported_until:
+            agent.reported_until = now + w
+            notes.append(
+                AuditNote(
+                    "enumeration_suspected",
+                    {
+                        "discover_count": round(estimate),
+                        "threshold": s.enumeration_threshold,
+                        "window_seconds": w,
+                    },
+                )
+            )

@@ -1,0 +1,69 @@
+"""[auth] and [rate_limit] configuration: loading and the ConfigErrors that
+stop a half-configured token or mTLS server from starting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ans.config import ConfigError, load
+
+
+def write(tmp: Path, text: str) -> Path:
+    p = tmp / "ans.toml"
+    p.write_text(text)
+    return p
+
+
+def test_auth_and_rate_limit_sections(tmp_path: Path) -> None:
+    cfg = load(
+        write(
+            tmp_path,
+            '[ans]\nagent_id = "agtp://a/agents/ans"\n'
+            '[auth]\nmode = "token"\ntoken_issuer = "https://gov"\ntoken_jwks = "k.json"\n'
+            "token_leeway = 5\n"
+            '[rate_limit]\nrate = 2.5\nburst = 7\nexempt_agent_ids = ["agtp://gov/agents/p"]\n',
+        )
+    )
+    assert cfg.auth_mode == "token" and cfg.token_issuer == "https://gov"
+    assert cfg.token_jwks == (tmp_path / "k.json",)  # relative to the file
+    assert cfg.audience == "agtp://a/agents/ans"  # defaults to agent_id
+    assert cfg.token_leeway == 5
+    assert cfg.rate_limit.rate == 2.5 and cfg.rate_limit.burst == 7
+    assert cfg.rate_limit.exempt_agent_ids == ("agtp://gov/agents/p",)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[auth]\nmode = "kerberos"\n', "auth mode"),
+        ('[auth]\nmode = "token"\ntoken_jwks = ["k.json"]\n', "token_issuer"),
+        ('[auth]\nmode = "token"\ntoken_issuer = "https://gov"\n', "issuer keys"),
+        ('[auth]\nmode = "mtls"\n', "tls_client_ca"),
+        (
+            '[server]\ntls_certfile = "c"\ntls_keyfile = "k"\n[auth]\nmode = "mtls"\n',
+            "tls_client_ca",
+        ),
+        ('[server]\ntls_client_ca = "ca.pem"\n', "only used with auth mode mtls"),
+        ("[rate_limit]\nrate = 0\n", "rate"),
+        ("[rate_limit]\nburst = 0\n", "burst"),
+        ('[rate_limit]\nburst = "many"\n', "wrong type"),
+        ("[rate_limit]\nspeed = 3\n", "unknown key"),
+        ('[auth]\nissuer = "x"\n', "unknown key"),
+    ],
+)
+def test_bad_auth_config(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load(write(tmp_path, text))
+
+
+def test_mtls_complete(tmp_path: Path) -> None:
+    cfg = load(
+        write(
+            tmp_path,
+            '[server]\ntls_certfile = "c"\ntls_keyfile = "k"\ntls_client_ca = "ca.pem"\n'
+            '[auth]\nmode = "mtls"\n',
+        )
+    )
+    assert cfg.auth_mode == "mtls" and cfg.tls_client_ca == tmp_path / "ca.pem"

@@ -1,0 +1,344 @@
+"""The request path through the ASGI app in-process (no sockets): parse ->
+authenticate (401) -> rate limit (429) -> scope (451) -> zone (453), the
+effective scope after token authentication, the response headers
+(WWW-Authenticate, Retry-After) and the audit records; mTLS identity from the
+ASGI TLS extension; the federator forwarding the caller's token."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from ans.federation.federator import Federator
+from ans.federation.peers import FederationSettings, Peer
+from ans.federation.transport import PeerError, PeerReply
+from ans.governance.audit import AuditLog
+from ans.governance.keys import SigningKey, TrustedKeys, b64url
+from ans.governance.policy import ZonePolicy
+from ans.governance.ratelimit import RateLimitSettings
+from ans.protocol.messages import ActivateRequest, Identity, Limits, parse_discover
+from ans.protocol.scope import parse_authority_scope
+
+from ans.app import AnsApp
+from ans.config import Config
+from ans.gate import RequestGate
+from ans.matcher import CapabilityIndex
+from ans.service import AnsService
+from ans.store import SQLiteStore
+
+NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
+ISSUER = "https://governance.example"
+ANS_ID = "agtp://ans.example/agents/ans"
+AGENT = "agtp://o.example/agents/orch"
+GOV = Identity("agtp://gov/agents/p", "gov", parse_authority_scope("discovery:register"))
+TOKEN_KEY = SigningKey.generate()
+
+
+def mint(**claims: Any) -> str:
+    body = {
+        "iss": ISSUER,
+        "aud": ANS_ID,
+        "sub": AGENT,
+        "principal": "usr-1",
+        "scope": "discovery:query zone:healthcare",
+        "exp": int((NOW + timedelta(minutes=5)).timestamp()),
+        **claims,
+    }
+    h = b64url(orjson.dumps({"alg": "ES256", "kid": TOKEN_KEY.kid, "typ": "JWT"}))
+    p = b64url(orjson.dumps(body))
+    return f"{h}.{p}.{b64url(TOKEN_KEY.sign_raw(f'{h}.{p}'.encode()))}"
+
+
+class Ticker:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def make_app(
+    tmp_path: Path, embedder: Any, gov_key: SigningKey, make_manifest: Callable[..., Any]
+) -> Iterator[Callable[..., tuple[AnsApp, AnsService, Ticker]]]:
+    services: list[AnsService] = []
+
+    def make(mode: str = "open", **rate: Any) -> tuple[AnsApp, AnsService, Ticker]:
+        d = tmp_path / f"svc{len(services)}"
+        d.mkdir()
+        cfg = Config(
+            data_dir=d,
+            agent_id=ANS_ID,
+            restricted_zones=("zone:healthcare",),
+            auth_mode=mode,
+            token_issuer=ISSUER,
+            rate_limit=RateLimitSettings(**rate),
+        )
+        svc = AnsService(
+            config=cfg,
+            store=SQLiteStore(d / "registry.sqlite3"),
+            matcher=CapabilityIndex(embedder),
+            signing_key=SigningKey.generate(),
+            governance_keys=TrustedKeys([gov_key.public]),
+            audit=AuditLog(d / "audit.jsonl", lambda: NOW),
+            clock=lambda: NOW,
+        )
+        services.append(svc)
+        for label, zone in (("coder", "zone:healthcare"), ("helper", "zone:public")):
+            m = make_manifest(label, governance_zone=zone, job_description=f"{label} agent")
+            svc.activate(ActivateRequest(GOV, "t", m, {}))
+        ticker = Ticker()
+        keys = TrustedKeys([TOKEN_KEY.public]) if mode == "token" else None
+        gate = RequestGate(cfg, svc.audit, svc.manifest["canonical_id"], keys, NOW_CLOCK, ticker)
+        return AnsApp(svc, gate), svc, ticker
+
+    yield make
+    for svc in services:
+        svc.audit.close()
+        svc.store.close()
+
+
+def NOW_CLOCK() -> datetime:
+    return NOW
+
+
+def call(
+    app: AnsApp,
+    method: str = "DISCOVER",
+    params: dict[str, Any] | None = None,
+    *,
+    scope: str = "discovery:query",
+    token: str | None = None,
+    headers: dict[str, str] | None = None,
+    tls_chain: list[str] | None = None,
+) -> tuple[int, dict[str, str], dict[str, Any]]:
+    hdrs = {"agent-id": AGENT, "principal-id": "usr-1", "authority-scope": scope}
+    if token is not None:
+        hdrs["authorization"] = f"Bearer {token}"
+    hdrs.update(headers or {})
+    body = orjson.dumps({"method": method, "task_id": "t1", "parameters": params or {}})
+    asgi_scope: dict[str, Any] = {
+        "type": "http",
+        "method": method,
+        "path": "/",
+        "headers": [(k.encode(), v.encode()) for k, v in hdrs.items()],
+        "extensions": {},
+    }
+    if tls_chain is not None:
+        asgi_scope["extensions"]["tls"] = {"client_cert_chain": tls_chain}
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    asyncio.run(app(asgi_scope, receive, send))
+    start = sent[0]
+    out_headers = {k.decode(): v.decode() for k, v in start["headers"]}
+    return start["status"], out_headers, orjson.loads(sent[1]["body"])
+
+
+def audit_events(svc: AnsService) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in svc.audit.path.read_text().splitlines()]
+
+
+def labels(body: dict[str, Any]) -> list[str]:
+    return sorted(r["agent_label"] for r in body["result"]["results"])
+
+
+# -- token mode -----------------------------------------------------------------------
+
+
+def test_token_mode_requires_a_token_and_audits_the_401(make_app: Any) -> None:
+    app, svc, _ = make_app("token")
+    status, headers, body = call(app)
+    assert status == 401 and body["error"]["code"] == "missing_token"
+    assert headers["www-authenticate"] == 'Bearer realm="ANS"'
+    rec = audit_events(svc)[-1]
+    assert rec["event"] == "authentication_failed"
+    assert (rec["status"], rec["code"], rec["auth_mode"], rec["method"]) == (
+        401,
+        "missing_token",
+        "token",
+        "DISCOVER",
+    )
+    assert (rec["agent_id"], rec["principal_id"], rec["task_id"]) == (AGENT, "usr-1", "t1")
+
+
+def test_token_mode_valid_token_is_served(make_app: Any) -> None:
+    app, _, _ = make_app("token")
+    status, _, body = call(app, scope="discovery:query zone:healthcare", token=mint())
+    assert status == 200
+    assert labels(body) == ["coder", "helper"]
+
+
+def test_expired_token_is_401_before_the_scope_check(make_app: Any) -> None:
+    app, svc, _ = make_app("token")
+    expired = mint(exp=int((NOW - timedelta(hours=1)).timestamp()))
+    status, headers, body = call(app, scope="agents:delegate", token=expired)
+    assert status == 401 and body["error"]["code"] == "token_expired"
+    assert headers["www-authenticate"] == 'Bearer realm="ANS", error="invalid_token"'
+    assert not any(r["event"] == "scope_violation" for r in audit_events(svc))
+
+
+def test_header_scope_not_covered_by_the_token_is_dropped(make_app: Any) -> None:
+    app, svc, _ = make_app("token")
+    # the header claims discovery:query, the token grants only agents:delegate -> 451
+    status, _, body = call(
+        app, scope="discovery:query agents:delegate", token=mint(scope="agents:delegate")
+    )
+    assert status == 451 and body["error"]["code"] == "scope_violation"
+    rec = audit_events(svc)[-1]
+    assert rec["event"] == "scope_violation" and rec["scope_presented"] == "agents:delegate"
+    # the zone token in the header is dropped too: restricted agents vanish, asking is 453
+    zone_header = "discovery:query zone:healthcare"
+    status, _, body = call(app, scope=zone_header, token=mint(scope="discovery:query"))
+    assert status == 200 and labels(body) == ["helper"]
+    status, _, body = call(
+        app,
+        params={"governance_zone": "zone:healthcare"},
+        scope=zone_header,
+        token=mint(scope="discovery:query"),
+    )
+    assert status == 453
+
+
+def test_zone_claim_against_the_zone_header(make_app: Any) -> None:
+    app, svc, _ = make_app("token")
+    token = mint(zone="zone:healthcare")
+    status, _, body = call(app, token=token, headers={"agtp-zone-id": "zone:public"})
+    assert status == 401 and body["error"]["code"] == "token_zone_mismatch"
+    assert audit_events(svc)[-1]["zone_header"] == "zone:public"
+    status, _, _ = call(app, token=token, headers={"agtp-zone-id": "zone:healthcare"})
+    assert status == 200
+    status, _, body = call(app, token=token, headers={"agtp-zone-id": "Not a zone"})
+    assert status == 400 and body["error"]["code"] == "invalid_agtp_zone_id"
+
+
+def test_describe_of_the_ans_itself_needs_no_token(make_app: Any) -> None:
+    app, svc, _ = make_app("token")
+    status, _, body = call(app, "DESCRIBE")
+    assert status == 200 and body["result"]["manifest_uri"] == ANS_ID
+    other = next(iter(svc._registry))
+    status, _, body = call(app, "DESCRIBE", {"canonical_id": other})
+    assert status == 401 and body["error"]["code"] == "missing_token"
+
+
+# -- rate limits ----------------------------------------------------------------------
+
+
+def test_rate_limit_429_before_451_with_retry_after(make_app: Any) -> None:
+    app, svc, ticker = make_app(rate=0.5, burst=2)
+    assert call(app)[0] == 200
+    assert call(app, scope="agents:delegate")[0] == 451  # a token was still left
+    status, headers, body = call(app, scope="agents:delegate")
+    assert status == 429 and body["error"]["code"] == "rate_limited"
+    assert headers["retry-after"] == "2"  # one token at 0.5/s
+    for _ in range(5):
+        assert call(app)[0] == 429
+    limited = [r for r in audit_events(svc) if r["event"] == "rate_limited"]
+    assert len(limited) == 1 and limited[0]["agent_id"] == AGENT
+    ticker.t += 2.0
+    assert call(app)[0] == 200
+
+
+def test_enumeration_suspected_written_once(make_app: Any) -> None:
+    app, svc, ticker = make_app(enabled=False, enumeration_threshold=5, enumeration_window=10.0)
+    for _ in range(12):
+        ticker.t += 0.1
+        assert call(app)[0] == 200
+    recs = [r for r in audit_events(svc) if r["event"] == "enumeration_suspected"]
+    assert len(recs) == 1
+    assert recs[0]["agent_id"] == AGENT and recs[0]["threshold"] == 5
+
+
+def test_open_mode_is_unchanged_without_a_token(make_app: Any) -> None:
+    app, _, _ = make_app()
+    assert call(app)[0] == 200
+
+
+# -- mTLS -------------------------------------------------------------------------------
+
+
+def _cert(uri: str) -> str:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "c")])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(NOW - timedelta(days=1))
+        .not_valid_after(NOW + timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.UniformResourceIdentifier(uri)]), critical=False
+        )
+        .sign(key, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.PEM).decode()
+
+
+def test_mtls_agent_id_must_be_a_certificate_san_uri(make_app: Any) -> None:
+    app, svc, _ = make_app("mtls")
+    assert call(app, tls_chain=[_cert(AGENT)])[0] == 200
+    status, _, body = call(app, tls_chain=[_cert("agtp://o.example/agents/other")])
+    assert status == 401 and body["error"]["code"] == "certificate_identity_mismatch"
+    status, _, body = call(app)  # no TLS extension at all
+    assert status == 401 and body["error"]["code"] == "client_certificate_required"
+    rec = audit_events(svc)[-1]
+    assert rec["event"] == "authentication_failed" and rec["auth_mode"] == "mtls"
+
+
+# -- federation forwards the token --------------------------------------------------------
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.headers: list[dict[str, str]] = []
+
+    async def send(
+        self, peer: Peer, method: str, url: str, headers: Any, body: bytes, timeout: float
+    ) -> PeerReply:
+        self.headers.append(dict(headers))
+        raise PeerError("recorded", "peer_unreachable")
+
+    async def aclose(self) -> None:
+        return None
+
+
+def test_federator_forwards_the_callers_token(tmp_path: Path) -> None:
+    jwks = tmp_path / "peer.jwks.json"
+    jwks.write_text(json.dumps({"keys": [SigningKey.generate().public.jwk()]}))
+    peer = Peer("http://127.0.0.1:9", 2, key_source="jwks_file", jwks_file=jwks)
+    rec = Recorder()
+    audit = AuditLog(tmp_path / "audit.jsonl", NOW_CLOCK)
+    fed = Federator("me", [peer], FederationSettings(), rec, audit, ZonePolicy(), 0.05, NOW_CLOCK)
+    headers = {"agent-id": AGENT, "principal-id": "usr-1", "authority-scope": "discovery:query"}
+    req = parse_discover(headers, b'{"parameters": {"limit": 3}}', Limits())
+    token = mint()
+    with_token = replace(req, identity=replace(req.identity, bearer_token=token))
+
+    async def run() -> None:
+        for r in (req, with_token):
+            await fed.gather(r, fed.plan(r, 0))
+
+    asyncio.run(run())
+    audit.close()
+    assert "authorization" not in rec.headers[0]
+    assert rec.headers[1]["authorization"] == f"Bearer {token}"
+    assert rec.headers[1]["authority-scope"] == "discovery:query"

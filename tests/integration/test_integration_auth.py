@@ -1,0 +1,228 @@
+"""Requester authentication and rate limits on real ``ans serve`` processes on
+loopback: token mode (valid / missing / expired token, audited), mTLS with
+certificates generated here (CA, server cert for 127.0.0.1, client certs with
+a SAN URI), and a burst that meets 429 + Retry-After, leaves an
+``enumeration_suspected`` record and is served again after the refill."""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import json
+import ssl
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from ans.governance.keys import SigningKey, b64url
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+pytestmark = pytest.mark.integration
+
+AGENT = "agtp://o.example/agents/orch"
+ANS_ID = "agtp://ans.test/agents/ans"
+ISSUER = "https://governance.test"
+IDENTITY = {"agent-id": AGENT, "principal-id": "usr-1", "authority-scope": "discovery:query"}
+BODY = orjson.dumps({"method": "DISCOVER", "parameters": {"intent": "book a flight"}})
+
+
+def audit(data_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in (data_dir / "audit.jsonl").read_text().splitlines()]
+
+
+def mint(key: SigningKey, *, exp_in: float = 300.0, **claims: Any) -> str:
+    now = time.time()
+    body = {
+        "iss": ISSUER,
+        "aud": [ANS_ID],
+        "sub": AGENT,
+        "principal": "usr-1",
+        "scope": "discovery:query",
+        "exp": int(now + exp_in),
+        "nbf": int(now - 60),
+        **claims,
+    }
+    h = b64url(orjson.dumps({"alg": "ES256", "kid": key.kid, "typ": "JWT"}))
+    p = b64url(orjson.dumps(body))
+    return f"{h}.{p}.{b64url(key.sign_raw(f'{h}.{p}'.encode()))}"
+
+
+def test_token_mode_on_a_real_server(tmp_path: Path, server_factory: Any) -> None:
+    issuer = SigningKey.generate()
+    jwks = tmp_path / "issuer.jwks.json"
+    jwks.write_text(json.dumps({"keys": [issuer.public.jwk()]}))
+    cfg = tmp_path / "ans.toml"
+    cfg.write_text(
+        f'[ans]\nagent_id = "{ANS_ID}"\n'
+        f'[auth]\nmode = "token"\ntoken_issuer = "{ISSUER}"\ntoken_jwks = ["{jwks}"]\n'
+    )
+    data = tmp_path / "data"
+    srv = server_factory(data, "--config", str(cfg), "--demo")
+    with httpx.Client(base_url=srv.url, http1=False, http2=True, timeout=20) as c:
+        ok = c.request(
+            "DISCOVER",
+            "/",
+            headers={**IDENTITY, "authorization": f"Bearer {mint(issuer)}"},
+            content=BODY,
+        )
+        assert ok.status_code == 200, ok.text
+        assert ok.json()["result"]["returned"] > 0
+        missing = c.request("DISCOVER", "/", headers={**IDENTITY, "task-id": "t-no"}, content=BODY)
+        assert missing.status_code == 401
+        assert missing.json()["error"]["code"] == "missing_token"
+        assert missing.headers["www-authenticate"].startswith("Bearer")
+        expired = mint(issuer, exp_in=-3600)
+        late = c.request(
+            "DISCOVER",
+            "/",
+            headers={**IDENTITY, "authorization": f"Bearer {expired}"},
+            content=BODY,
+        )
+        assert late.status_code == 401 and late.json()["error"]["code"] == "token_expired"
+        assert 'error="invalid_token"' in late.headers["www-authenticate"]
+        # the ANS's own DESCRIBE stays open: clients bootstrap trust with it
+        assert c.request("DESCRIBE", "/", content=b"{}").status_code == 200
+    failures = [r for r in audit(data) if r["event"] == "authentication_failed"]
+    assert [r["code"] for r in failures] == ["missing_token", "token_expired"]
+    assert failures[0]["task_id"] == "t-no" and failures[0]["agent_id"] == AGENT
+
+
+# -- mTLS ----------------------------------------------------------------------------------
+
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def _issue(
+    ca: tuple[x509.Certificate, ec.EllipticCurvePrivateKey] | None,
+    cn: str,
+    san: list[x509.GeneralName],
+    *,
+    is_ca: bool = False,
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    key = _key()
+    now = dt.datetime.now(dt.UTC)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(ca[0].subject if ca else name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=is_ca, path_length=None), critical=True)
+    )
+    if san:
+        builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
+    cert = builder.sign(ca[1] if ca else key, hashes.SHA256())
+    return cert, key
+
+
+def _write(
+    tmp: Path, name: str, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey
+) -> tuple[Path, Path]:
+    c, k = tmp / f"{name}.crt", tmp / f"{name}.key"
+    c.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    k.write_bytes(_pem_key(key))
+    return c, k
+
+
+def test_mtls_on_a_real_tls_server(tmp_path: Path, server_factory: Any) -> None:
+    ca = _issue(None, "test CA", [], is_ca=True)
+    ca_crt, _ = _write(tmp_path, "ca", *ca)
+    srv_crt, srv_key = _write(
+        tmp_path,
+        "server",
+        *_issue(ca, "127.0.0.1", [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+    )
+    good = _write(tmp_path, "good", *_issue(ca, "orch", [x509.UniformResourceIdentifier(AGENT)]))
+    other = _write(
+        tmp_path,
+        "other",
+        *_issue(ca, "other", [x509.UniformResourceIdentifier("agtp://o.example/agents/other")]),
+    )
+    cfg = tmp_path / "ans.toml"
+    cfg.write_text(
+        f'[server]\ntls_certfile = "{srv_crt}"\ntls_keyfile = "{srv_key}"\n'
+        f'tls_client_ca = "{ca_crt}"\n[auth]\nmode = "mtls"\n'
+    )
+    data = tmp_path / "data"
+    srv = server_factory(data, "--config", str(cfg), "--demo")
+    assert srv.url.startswith("https://")
+
+    def client(cert: tuple[Path, Path] | None) -> httpx.Client:
+        ctx = ssl.create_default_context(cafile=str(ca_crt))
+        if cert is not None:
+            ctx.load_cert_chain(str(cert[0]), str(cert[1]))
+        return httpx.Client(base_url=srv.url, http2=True, verify=ctx, timeout=20)
+
+    with client(good) as c:
+        resp = c.request("DISCOVER", "/", headers=IDENTITY, content=BODY)
+        assert resp.http_version == "HTTP/2" and resp.status_code == 200, resp.text
+        # the same connection, someone else's Agent-ID: refused
+        spoof = {**IDENTITY, "agent-id": "agtp://o.example/agents/other"}
+        resp = c.request("DISCOVER", "/", headers=spoof, content=BODY)
+        assert resp.status_code == 401
+        assert resp.json()["error"]["code"] == "certificate_identity_mismatch"
+    with client(other) as c:
+        resp = c.request("DISCOVER", "/", headers=IDENTITY, content=BODY)
+        assert resp.status_code == 401
+        assert resp.json()["error"]["code"] == "certificate_identity_mismatch"
+    # no client certificate: the TLS handshake is refused (CERT_REQUIRED)
+    with client(None) as c, pytest.raises(httpx.TransportError):
+        c.request("DISCOVER", "/", headers=IDENTITY, content=BODY)
+    failures = [r for r in audit(data) if r["event"] == "authentication_failed"]
+    assert len(failures) == 2 and {r["auth_mode"] for r in failures} == {"mtls"}
+
+
+# -- rate limits -----------------------------------------------------------------------------
+
+
+def test_burst_gets_429_then_recovers(tmp_path: Path, server_factory: Any) -> None:
+    cfg = tmp_path / "ans.toml"
+    cfg.write_text(
+        "[rate_limit]\nrate = 4.0\nburst = 3\nenumeration_threshold = 6\nenumeration_window = 30.0\n"
+    )
+    data = tmp_path / "data"
+    srv = server_factory(data, "--config", str(cfg), "--demo")
+    with httpx.Client(base_url=srv.url, http1=False, http2=True, timeout=20) as c:
+        statuses = []
+        refused = None
+        for _ in range(10):
+            r = c.request("DISCOVER", "/", headers=IDENTITY, content=BODY)
+            statuses.append(r.status_code)
+            if r.status_code == 429:
+                refused = r
+        assert statuses[:3] == [200, 200, 200]
+        assert refused is not None and statuses.count(429) >= 3
+        assert refused.json()["error"]["code"] == "rate_limited"
+        retry = int(refused.headers["retry-after"])
+        assert retry >= 1
+        # another Agent-ID has its own bucket
+        other = {**IDENTITY, "agent-id": "agtp://o.example/agents/second"}
+        assert c.request("DISCOVER", "/", headers=other, content=BODY).status_code == 200
+        deadline = time.monotonic() + 10
+        status = 429
+        while status == 429 and time.monotonic() < deadline:
+            time.sleep(retry)
+            status = c.request("DISCOVER", "/", headers=IDENTITY, content=BODY).status_code
+        assert status == 200
+    events = audit(data)
+    enum = [r for r in events if r["event"] == "enumeration_suspected"]
+    assert len(enum) == 1 and enum[0]["agent_id"] == AGENT
+    limited = [r for r in events if r["event"] == "rate_limited"]
+    assert len(limited) == 1  # one record per Agent-ID per audit window, not one per 429
