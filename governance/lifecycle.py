@@ -205,7 +205,12 @@ def check_manifest_freshness(new: Mapping[str, Any], stored: Mapping[str, Any]) 
         return True
 
     def stamp(m: Mapping[str, Any]) -> datetime:
-        return parse_time(str(m.get("last_updated") or m["activated_at"]))
+        # Manifest timestamps are validated as ISO 8601 but may lack an
+        # offset; such a time is read as UTC so it still compares.
+        ts = datetime.fromisoformat(
+            str(m.get("last_updated") or m["activated_at"]).replace("Z", "+00:00")
+        )
+        return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
 
     new_ts, old_ts = stamp(new), stamp(stored)
     if new_ts > old_ts:
@@ -248,9 +253,9 @@ def make_event(
         "event": event,
         "canonical_id": canonical_id,
         "event_id": event_id,
-        "issued_at": issued_at.astimezone(UTC).isoformat(timespec="milliseconds").replace(
-            "+00:00", "Z"
-        ),
+        "issued_at": issued_at.astimezone(UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z"),
     }
     if reason is not None:
         doc["reason"] = reason

@@ -154,3 +154,17 @@ def test_older_or_conflicting_manifest_is_stale(
     assert code_of(
         check_manifest_freshness, {**BASE, **new, "job_description": "y"}, {**BASE, **stored}
     ) == (409, "stale_metadata")
+
+
+def test_timestamps_without_offset_compare_as_utc() -> None:
+    # manifest validation accepts ISO 8601 without an offset; freshness must
+    # still compare it (as UTC) rather than fail
+    stored = {**BASE, "last_updated": "2026-03-01T00:00:00Z"}
+    assert check_manifest_freshness(
+        {**BASE, "last_updated": "2026-03-02T00:00:00", "job_description": "y"}, stored
+    ) is False
+    assert code_of(
+        check_manifest_freshness,
+        {**BASE, "last_updated": "2026-02-01T00:00:00", "job_description": "y"},
+        stored,
+    ) == (409, "stale_metadata")
