@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import structlog
 
-from ans.federation.transport import PeerError, PeerReply
+from ans.federation.transport import PeerError, RequestTransport
 from ans.governance.audit import AuditLog
 
 from .freshness import FreshnessSettings, origin_of, short_error
@@ -157,25 +156,6 @@ class Outbox:
     def close(self) -> None:
         with self._lock:
             self._db.close()
-
-
-class RequestTransport(Protocol):
-    """What delivery and refresh need from :class:`ans.federation.transport.HttpxTransport`."""
-
-    async def request(
-        self,
-        origin: str,
-        method: str,
-        url: str,
-        headers: Mapping[str, str],
-        body: bytes,
-        timeout: float,
-        *,
-        cacert: Path | None = None,
-        prior_knowledge: bool | None = None,
-    ) -> PeerReply: ...
-
-    async def aclose(self) -> None: ...
 
 
 class WebhookDelivery:

@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 import structlog
 
-from ans.federation.transport import PeerError
+from ans.federation.transport import PeerError, RequestTransport
 from ans.governance.audit import rfc3339
 from ans.governance.signing import sign_document
 from ans.protocol.messages import AGTP_VERSION, CONTENT_TYPE
@@ -44,7 +44,7 @@ from .freshness import (
     short_error,
     status_url,
 )
-from .outbox import Outbox, RequestTransport, WebhookDelivery
+from .outbox import Outbox, WebhookDelivery
 from .service import AnsService
 from .store import StoredAgent
 

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 import structlog
 from ans.governance.audit import AuditLog
-from ans.governance.policy import ZonePolicy, max_tier
+from ans.governance.policy import ZonePolicy, max_tier, requester_fields
 from ans.protocol.messages import (
     AGTP_VERSION,
     CONTENT_TYPE,
@@ -295,10 +295,7 @@ class Federator:
     def _audit(self, req: DiscoverRequest, event: str, peer: Peer, **fields: Any) -> None:
         self.audit.record(
             event,
-            method="DISCOVER",
-            agent_id=req.identity.agent_id,
-            principal_id=req.identity.principal_id,
-            task_id=req.task_id,
+            **requester_fields(req.identity, "DISCOVER", req.task_id),
             query_digest=req.query_digest,
             peer=peer.url,
             granted_trust_tier=peer.tier,

@@ -71,6 +71,25 @@ class PeerTransport(Protocol):
     async def aclose(self) -> None: ...
 
 
+class RequestTransport(Protocol):
+    """Any-origin requests (index refresh, webhooks): what they need of :class:`HttpxTransport`."""
+
+    async def request(
+        self,
+        origin: str,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        timeout: float,
+        *,
+        cacert: Path | None = None,
+        prior_knowledge: bool | None = None,
+    ) -> PeerReply: ...
+
+    async def aclose(self) -> None: ...
+
+
 class HttpxTransport:
     """Real AGTP over HTTP/2, one pooled client per origin.
 

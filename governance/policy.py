@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from ans.protocol.errors import ScopeViolation, ZoneViolation
 from ans.protocol.messages import DiscoverParams, Identity
@@ -24,6 +24,16 @@ DISCOVERY_QUERY = parse_token("discovery:query")
 DISCOVERY_REGISTER = parse_token("discovery:register")
 # DESIGN.md: absent trust_tier_min admits tiers 1-2; tier 3 only when asked for.
 DEFAULT_MAX_TIER = 2
+
+
+def requester_fields(identity: Identity, method: str, task_id: str | None) -> dict[str, Any]:
+    """Who asked, for an audit record: the fields every request-bound record carries."""
+    return {
+        "method": method,
+        "agent_id": identity.agent_id,
+        "principal_id": identity.principal_id,
+        "task_id": task_id,
+    }
 
 
 def audit_refusal(
@@ -39,12 +49,9 @@ def audit_refusal(
     audit.record(
         event,
         status=status,
-        method=method,
-        agent_id=identity.agent_id,
-        principal_id=identity.principal_id,
+        **requester_fields(identity, method, task_id),
         scope_presented=str(identity.scope),
         scope_required=required,
-        task_id=task_id,
     )
 
 
