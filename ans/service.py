@@ -548,6 +548,8 @@ class AnsService:
             raise
         manifest = verified.manifest
         cid = manifest["canonical_id"]
+        # Checked once outside the lock so that a refused or unchanged
+        # registration is never embedded, and again under it (state may move).
         _, unchanged = self._admissible(cid, manifest, req.capabilities)
         profile = profile_from(manifest, req.capabilities)
         vectors = None if unchanged else self.matcher.embed_profile(profile)
