@@ -766,7 +766,8 @@ class CapabilityIndex:
         alive = np.fromiter(
             (self._id_of[s] is not None for s in cand.tolist()), dtype=bool, count=len(cand)
         )
-        return cand[alive]
+        out: Slots = cand[alive]
+        return out
 
     def _restricted_capability(self, slots: Slots, allowed: set[str]) -> Vectors:
         """Unit capability vectors of the slots over the description and the allowed
