@@ -671,7 +671,11 @@ class CapabilityIndex:
                 )
             if full:
                 ctx_all = self._ctx.dense(n) @ q.T
-                cap_all = self._cap.dense(n) @ q.T
+                cap_all = (
+                    self._restricted_capability(cand, allowed) @ q.T
+                    if restricted
+                    else self._cap.dense(n) @ q.T
+                )
                 ex_all = (
                     self._examples.best(q, n)[0]
                     if use_examples and self._examples.total

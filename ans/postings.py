@@ -227,7 +227,9 @@ class SlotPostings:
         p.key_id = {k: i for i, k in enumerate(p.keys)}
         p._indptr = np.asarray(arrays["indptr"], dtype=np.int64)
         p._slots = np.asarray(arrays["slots"], dtype=np.int32)
-        p._payload = np.asarray(arrays["payload"], dtype=np.uint8).reshape(-1, width)
+        if len(arrays["payload"]) != len(p._slots):
+            raise ValueError("postings snapshot is inconsistent")
+        p._payload = np.asarray(arrays["payload"], dtype=np.uint8).reshape(len(p._slots), width)
         p._live = np.asarray(arrays["live"], dtype=bool).copy()
         if len(p._indptr) != len(p.keys) + 1 or int(p._indptr[-1]) != len(p._slots):
             raise ValueError("postings snapshot is inconsistent")
