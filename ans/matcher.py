@@ -163,7 +163,10 @@ class WordLlamaEmbedder:
             if not len(nz):
                 continue
             starts = (ends[a:b] - lens[a:b])[nz] - lo
-            sums[a + nz] = np.add.reduceat(self._table[flat[lo:hi]], starts, axis=0)
+            # gather each distinct token's row once into a small, cache-resident table
+            uniq, inverse = np.unique(flat[lo:hi], return_inverse=True)
+            local = self._table[uniq]
+            sums[a + nz] = np.add.reduceat(local[inverse], starts, axis=0)
         return sums, counts
 
     def embed(self, texts: Sequence[str]) -> Vectors:
@@ -438,20 +441,36 @@ class CapabilityIndex:
         return self.embed_profiles([profile])[0]
 
     def embed_profiles(self, profiles: Sequence[CapabilityProfile]) -> list[ProfileVectors]:
-        """Embed many profiles in two embedder calls (facets, then examples)."""
+        """Embed many profiles in one embedder call.
+
+        The "examples" facet is the examples joined, and a facet vector is a
+        sum of token vectors over content words (which the tokenizer splits
+        word by word), so its sum is the sum of the examples' own sums: each
+        example text is tokenized once, not twice."""
         nf = len(FACETS)
-        texts = [content_text(p.facets.get(f, "")) for p in profiles for f in FACETS]
+        ex_f = _F["examples"]
+        texts: list[str] = []
+        for p in profiles:
+            texts.extend(
+                content_text(p.facets.get(f, "")) if f != "examples" else "" for f in FACETS
+            )
+        n_facet_texts = len(texts)
+        texts.extend(content_text(ex.text) for p in profiles for ex in p.examples)
         sums, counts = self._emb.embed_sums(texts)
-        ex_texts = [content_text(ex.text) for p in profiles for ex in p.examples]
-        ex_vecs = self._emb.embed(ex_texts) if ex_texts else np.zeros((0, self._dim), np.float32)
+        ex_sums, ex_counts = sums[n_facet_texts:], counts[n_facet_texts:]
+        ex_vecs = normalize_rows(ex_sums)
         out, at = [], 0
         for i, p in enumerate(profiles):
             k = len(p.examples)
-            out.append(
-                ProfileVectors(
-                    sums[i * nf : (i + 1) * nf], counts[i * nf : (i + 1) * nf], ex_vecs[at : at + k]
-                )
-            )
+            f_sums = sums[i * nf : (i + 1) * nf]
+            f_counts = counts[i * nf : (i + 1) * nf]
+            if k:
+                f_sums[ex_f] = ex_sums[at : at + k].sum(axis=0)
+                f_counts[ex_f] = ex_counts[at : at + k].sum()
+            elif p.facets.get("examples"):
+                one = self._emb.embed_sums([content_text(p.facets["examples"])])
+                f_sums[ex_f], f_counts[ex_f] = one[0][0], one[1][0]
+            out.append(ProfileVectors(f_sums, f_counts, ex_vecs[at : at + k]))
             at += k
         return out
 
@@ -511,11 +530,17 @@ class CapabilityIndex:
         if not items:
             return
         with self._lock:
-            slots = []
-            for profile, vecs in items:
-                slot = self._slot_for(profile.canonical_id)
-                self._place(slot, profile, vecs)
-                slots.append(slot)
+            slots = [self._slot_for(p.canonical_id) for p, _ in items]
+            arr = np.asarray(slots, dtype=np.int64)
+            facet_sums = np.stack([v.facet_sums for _, v in items])
+            self._ctx.set(arr, normalize_rows(facet_sums[:, _F["description"]]))
+            self._cap.set(arr, normalize_rows(facet_sums.sum(axis=1)))
+            for slot, (profile, vecs) in zip(slots, items, strict=True):
+                self._has_examples[slot] = len(profile.examples) > 0
+                self._n_tags[slot] = min(len(profile.tags), 32767)
+                self._examples.put(slot, vecs.examples[:EXAMPLE_STRIDE])
+                if self._profiles is not None:
+                    self._profiles[profile.canonical_id] = profile
             self._tags.add_many(slots, [self._tag_postings(p) for p, _ in items])
             self._lexical.upsert_many(
                 slots, [[p.facets.get(f, "") for f in FACETS] for p, _ in items]
@@ -1078,14 +1103,18 @@ def _no_profiles(ids: Sequence[str]) -> Mapping[str, CapabilityProfile]:
 
 
 def _top_touched(dense: Vectors, touched: npt.NDArray[np.integer], k: int) -> Slots:
-    """The (at most) k touched slots with the highest dense score."""
+    """The (at most) k touched slots with the highest dense score (``touched``
+    may repeat a slot; only the best 2k entries are de-duplicated)."""
     if not len(touched):
         return np.zeros(0, dtype=np.int64)
+    if len(touched) > 2 * k:
+        touched = touched[np.argpartition(-dense[touched], 2 * k - 1)[: 2 * k]]
     uniq: Slots = np.unique(touched).astype(np.int64)
     if len(uniq) <= k:
         return uniq
     top = np.argpartition(-dense[uniq], k - 1)[:k]
-    return uniq[top]
+    out: Slots = uniq[top]
+    return out
 
 
 def embedder_fingerprint(embedder: Embedder) -> str:
