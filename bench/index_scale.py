@@ -27,11 +27,11 @@ from typing import Any
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
+import numpy as np
+from ans.synth import generate, make_queries
 
-from ans.ann import AnnSettings  # noqa: E402
-from ans.matcher import CapabilityIndex, WordLlamaEmbedder, profile_from  # noqa: E402
-from ans.synth import generate, make_queries  # noqa: E402
+from ans.ann import AnnSettings
+from ans.matcher import CapabilityIndex, WordLlamaEmbedder, profile_from
 
 K = 50
 
@@ -61,22 +61,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--batch", type=int, default=5000)
-    ap.add_argument("--exact-max", type=int, default=getattr(AnnSettings(), "exact_max"))
-    ap.add_argument("--nprobe", type=int, default=getattr(AnnSettings(), "nprobe"))
-    ap.add_argument("--candidates", type=int, default=getattr(AnnSettings(), "candidates"))
+    ap.add_argument("--exact-max", type=int, default=AnnSettings().exact_max)
+    ap.add_argument("--nprobe", type=int, default=AnnSettings().nprobe)
+    ap.add_argument("--candidates", type=int, default=AnnSettings().candidates)
     ap.add_argument("--no-exhaustive", action="store_true", help="skip the recall comparison")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
 
-    settings = AnnSettings(
-        exact_max=args.exact_max, nprobe=args.nprobe, candidates=args.candidates
-    )
+    settings = AnnSettings(exact_max=args.exact_max, nprobe=args.nprobe, candidates=args.candidates)
     emb = WordLlamaEmbedder()
     profiles: dict[str, Any] = {}
     idx = CapabilityIndex(
-        emb, query_cache=0, settings=settings, profile_source=lambda ids: {
-            c: profiles[c] for c in ids if c in profiles
-        }
+        emb,
+        query_cache=0,
+        settings=settings,
+        profile_source=lambda ids: {c: profiles[c] for c in ids if c in profiles},
     )
     t0 = time.perf_counter()
     embed_s = 0.0
@@ -119,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         del loaded
 
     queries = [q for q in make_queries(args.queries, args.seed + 1000) if q.get("intent")]
-    lat, lat_dom, recalls, recalls_dom = [], [], [], []
+    lat, lat_dom, recalls = [], [], []
     for q in queries:
         domains = tuple(q["capability_domains"]) if q.get("capability_domains") else None
         t = time.perf_counter()
