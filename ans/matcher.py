@@ -364,6 +364,9 @@ class CapabilityMatcher(Protocol):
 EXAMPLE_STRIDE = 64  # ANN id of example k of a slot: slot * EXAMPLE_STRIDE + k (k < 64)
 SNAPSHOT_FORMAT = 1
 DOMAIN_CACHE = 4096  # per-agent facet sums kept for capability_domains queries
+# A capability_domains query re-embeds the allowed facets of this many of its
+# best candidates (by the all-facet score); the rest are not scored.
+RESTRICTED_RERANK = 64
 
 
 class CapabilityIndex:
@@ -707,6 +710,8 @@ class CapabilityIndex:
                     else np.zeros((n, len(texts)), np.float32)
                 )
             else:
+                if restricted and len(cand) > RESTRICTED_RERANK:
+                    cand = self._narrow(cand, q, lex, tag_passes, use_examples)
                 ctx_all = self._ctx.get(cand) @ q.T
                 cap_rows = (
                     self._restricted_capability(cand, allowed)
@@ -796,6 +801,38 @@ class CapabilityIndex:
             (self._id_of[s] is not None for s in cand.tolist()), dtype=bool, count=len(cand)
         )
         out: Slots = cand[alive]
+        return out
+
+    def _narrow(
+        self,
+        cand: Slots,
+        q: Vectors,
+        lex: list[tuple[Vectors, npt.NDArray[np.int32]]],
+        tag_passes: list[tuple[Vectors | None, list[tuple[str, npt.NDArray[np.int32]]]]],
+        use_examples: bool,
+    ) -> Slots:
+        """The RESTRICTED_RERANK candidates that score best with every facet
+        (the whole intent only): a capability_domains query re-embeds just these."""
+        q0 = q[:1]
+        tag_dense, tag_list = tag_passes[0]
+        ex = (
+            self._examples.best_of(q0, cand)[:, 0]
+            if use_examples and self._examples.total
+            else np.zeros(len(cand), np.float32)
+        )
+        prelim = self._fuse(
+            (self._ctx.get(cand) @ q0.T)[:, 0],
+            (self._cap.get(cand) @ q0.T)[:, 0],
+            lex[0][0][cand],
+            ex,
+            self._has_examples[cand] & use_examples,
+            tag_dense[cand] if tag_dense is not None else None,
+            self._n_tags[cand] > 0,
+            tag_list,
+            not np.any(q0),
+        ).fused
+        keep = np.argpartition(-prelim, RESTRICTED_RERANK - 1)[:RESTRICTED_RERANK]
+        out: Slots = np.sort(cand[keep])
         return out
 
     def _restricted_capability(self, slots: Slots, allowed: set[str]) -> Vectors:
