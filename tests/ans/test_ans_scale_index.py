@@ -273,3 +273,25 @@ def test_unusable_snapshots_are_refused(tmp_path: Path, embedder: Any) -> None:
         fingerprint = "another-model"
 
     assert CapabilityIndex.load(tmp_path / "iy", Other()) is None  # type: ignore[arg-type]
+
+
+# -- configuration ------------------------------------------------------------------
+
+
+def test_index_section_of_the_config(tmp_path: Path) -> None:
+    from ans.config import ConfigError, load
+
+    cfg = tmp_path / "ans.toml"
+    cfg.write_text("[index]\nexact_max = 5000\nnprobe = 32\ncandidates = 128\n")
+    got = load(cfg).index
+    assert (got.exact_max, got.nprobe, got.candidates) == (5000, 32, 128)
+    assert load(None).index == AnnSettings()
+    for body, needle in (
+        ("[index]\nflat = true\n", "unknown key"),
+        ('[index]\nnprobe = "8"\n', "integer"),
+        ("[index]\ncandidates = 1\n", "must be in"),
+        ("index = 3\n", "must be a table"),
+    ):
+        cfg.write_text(body)
+        with pytest.raises(ConfigError, match=needle):
+            load(cfg)
