@@ -87,7 +87,13 @@ CHUNK = 1000
 DEFAULT_QUERIES = 500
 BASE_TIME = datetime(2025, 1, 6, 8, 0, 0, tzinfo=UTC)
 # Query mix (issue 5): kind -> share of the queries.
-QUERY_MIX = (("intent", 0.50), ("trust", 0.20), ("zone", 0.15), ("domains", 0.10), ("filters", 0.05))
+QUERY_MIX = (
+    ("intent", 0.50),
+    ("trust", 0.20),
+    ("zone", 0.15),
+    ("domains", 0.10),
+    ("filters", 0.05),
+)
 CAPABILITY_DOMAIN_SETS = (
     ["tools", "examples"],
     ["examples"],
@@ -102,7 +108,8 @@ REF_PREFIXES = ("INV", "PO", "CASE", "REQ", "TKT", "MAT", "APP", "ENT", "CLM", "
 # -- keys --------------------------------------------------------------------------------
 
 
-class DeterministicSigningKey(SigningKey):
+# mypy sees ans.governance as an unresolved (Any) import (see pyproject package-dir).
+class DeterministicSigningKey(SigningKey):  # type: ignore[misc]
     """A SigningKey whose ES256 signatures use RFC 6979 nonces: same bytes in,
     same signature out, so a catalog is reproducible byte for byte."""
 
@@ -173,7 +180,8 @@ def load_or_create_key(directory: Path) -> DeterministicSigningKey:
 
 def sign_agent(manifest: Mapping[str, Any], key: SigningKey) -> dict[str, Any]:
     """The manifest with ``signature`` = ES256 detached JWS over its JCS (as ACTIVATE expects)."""
-    return sign_document(manifest, key, "signature")
+    signed: dict[str, Any] = sign_document(manifest, key, "signature")
+    return signed
 
 
 # -- vocabulary-derived pools ------------------------------------------------------------
@@ -209,7 +217,7 @@ def org_pool() -> tuple[Org, ...]:
                 continue
         seen.add(name)
         own = by_group[group]
-        focus = rng.sample(own, min(2, len(own))) + [rng.randrange(len(DOMAINS))]
+        focus = [*rng.sample(own, min(2, len(own))), rng.randrange(len(DOMAINS))]
         legal = f"{prefix.title()} {sector.title()} {rng.choice(ORG_FORMS)}"
         orgs.append(Org(f"{name}.{rng.choice(ORG_TLDS)}", legal, group, tuple(focus)))
     return tuple(orgs)
@@ -655,7 +663,7 @@ def unique_agent(seed_or_index: int, key: SigningKey) -> tuple[dict[str, Any], s
         "behavioral_trust_score": 0.995,
         "authority_scope_categories": list(domain.scopes),
         "supported_methods": sorted({*domain.methods[:3], "DESCRIBE"}),
-        "job_description": f"{_cap(marker)} {third_person(verb)} {obj} for {focus}.",
+        "job_description": f"The {marker} agent {third_person(verb)} {obj} for {focus}.",
         "version": "1.0.0",
         "last_updated": _timestamp(BASE_TIME),
     }
@@ -668,7 +676,7 @@ def unique_agent(seed_or_index: int, key: SigningKey) -> tuple[dict[str, Any], s
         "examples": [
             {"id": "ex-1", "text": f"{_cap(verb)} {obj} with {marker} for {focus}."},
             {"id": "ex-2", "text": f"Ask {marker} to {verb} {obj}."},
-            {"id": "ex-3", "text": f"{_cap(marker)}: {focus} in {obj}."},
+            {"id": "ex-3", "text": f"With {marker}: {focus} in {obj}."},
         ],
     }
     intent = f"{marker} {verb} {obj} for {focus}"
@@ -678,7 +686,9 @@ def unique_agent(seed_or_index: int, key: SigningKey) -> tuple[dict[str, Any], s
 # -- writing a catalog -------------------------------------------------------------------
 
 
-def _tasks(n: int, seed: int, chunk: int, jwk: dict[str, str]) -> Iterator[tuple[int, int, int, dict[str, str]]]:
+def _tasks(
+    n: int, seed: int, chunk: int, jwk: dict[str, str]
+) -> Iterator[tuple[int, int, int, dict[str, str]]]:
     for start in range(0, n, chunk):
         yield seed, start, min(chunk, n - start), jwk
 

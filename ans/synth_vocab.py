@@ -151,7 +151,8 @@ DOMAINS: tuple[Domain, ...] = (
         "employment contracts|licence agreements|data processing addenda",
         focus="indemnity clauses|limitation of liability|termination rights|governing law|"
         "auto-renewal terms|IP assignment|non-compete provisions",
-        artefacts="clause-by-clause risk memo|redlined draft|negotiation playbook|obligations table",
+        artefacts="clause-by-clause risk memo|redlined draft|negotiation playbook|"
+        "obligations table",
         tools="Ironclad|DocuSign CLM|Kira|Word track changes|Luminance",
         modalities="text|pdf", tags="contract-review|legal|clauses|negotiation|compliance",
         label="Clause|Contract|Lex|Counsel|Redline|Covenant",
