@@ -460,9 +460,7 @@ def make_agent(
     if len(tags) < 8 and rng.random() < 0.3:
         tags.append(primary.group if primary.group not in tags else "automation")
     if rng.random() < 0.25:  # some publishers describe their tools
-        tools = [
-            {"name": t, "description": f"{t} integration for {primary.name}"} for t in tools
-        ]
+        tools = [{"name": t, "description": f"{t} integration for {primary.name}"} for t in tools]
     accepted = [zone] + [z for z in _sample(rng, primary.zones, 0, 2) if z != zone]
     if rng.random() < 0.2 and "zone:partner" not in accepted:
         accepted.append("zone:partner")

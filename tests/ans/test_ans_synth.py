@@ -12,12 +12,13 @@ from typing import Any
 
 import orjson
 import pytest
-from ans.client import AgtpClient, verify_discover_result
 from ans.governance.keys import KeyError_, TrustedKeys
 from ans.governance.manifest import validate_capabilities, verify_manifest
-from ans.launcher import start_server, stop_server
 from ans.protocol.errors import SignatureInvalid
 from ans.protocol.messages import Limits, parse_discover
+
+from ans.client import AgtpClient, verify_discover_result
+from ans.launcher import start_server, stop_server
 from ans.synth import (
     AGENTS_FILE,
     CATALOG_FILE,
@@ -149,8 +150,10 @@ def test_every_line_verifies_as_activate_parameters(catalog: Path) -> None:
         assert set(row) == {"manifest", "capabilities"}
         verify_manifest(row["manifest"], trusted)
         validate_capabilities(row["capabilities"])
-    tampered = {**rows[0]["manifest"], "trust_tier": 1 if rows[0]["manifest"]["trust_tier"] != 1
-                else 3}
+    tampered = {
+        **rows[0]["manifest"],
+        "trust_tier": 1 if rows[0]["manifest"]["trust_tier"] != 1 else 3,
+    }
     with pytest.raises(SignatureInvalid):
         verify_manifest(tampered, trusted)
 
@@ -163,9 +166,10 @@ def test_catalog_metadata_matches_the_files(catalog: Path) -> None:
     assert meta["n"] == 400 and meta["seed"] == SEED
     assert meta["agents"]["sha256"] == hashlib.sha256(data).hexdigest()
     assert meta["agents"]["bytes"] == len(data)
-    assert meta["queries"]["sha256"] == hashlib.sha256(
-        (catalog / QUERIES_FILE).read_bytes()
-    ).hexdigest()
+    assert (
+        meta["queries"]["sha256"]
+        == hashlib.sha256((catalog / QUERIES_FILE).read_bytes()).hexdigest()
+    )
     assert sum(meta["counts"]["trust_tier"].values()) == 400
     assert sum(meta["counts"]["governance_zone"].values()) == 400
     assert sum(meta["counts"]["domain"].values()) == 400
@@ -236,8 +240,23 @@ def test_cli_writes_a_catalog_and_rejects_bad_input(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "cat"
-    assert main(["--agents", "25", "--seed", "3", "--out", str(out), "--workers", "1",
-                 "--queries", "10"]) == 0
+    assert (
+        main(
+            [
+                "--agents",
+                "25",
+                "--seed",
+                "3",
+                "--out",
+                str(out),
+                "--workers",
+                "1",
+                "--queries",
+                "10",
+            ]
+        )
+        == 0
+    )
     assert len((out / AGENTS_FILE).read_bytes().splitlines()) == 25
     assert len((out / QUERIES_FILE).read_bytes().splitlines()) == 10
     assert "25 agents" in capsys.readouterr().err
