@@ -365,7 +365,8 @@ def _job_description(rng: random.Random, primary: Domain, second: Domain | None)
 
 
 def _timestamp(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+    """RFC 3339 UTC with a Z (isoformat: several times faster than strftime)."""
+    return t.replace(tzinfo=None).isoformat(timespec="seconds") + "Z"
 
 
 def make_agent(
