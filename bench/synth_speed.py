@@ -33,6 +33,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from ans.governance.signing import sign_document
 from ans.protocol.jcs import canonicalize
+
 from ans.synth import DeterministicSigningKey, generate, write_catalog
 
 RESULTS = Path(__file__).resolve().parent / "results" / "synth.json"
