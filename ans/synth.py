@@ -258,12 +258,15 @@ def third_person(phrase: str) -> str:
 
 
 _A_BEFORE_VOWEL = re.compile(r"\b([Aa]) (?=[aeiouAEIOU])")
+_THE_THE = re.compile(r"\b([Tt]he) the ")
 _AN_BEFORE_CONSONANT = re.compile(r"\b([Aa])n (?=[b-df-hj-np-tv-zB-DF-HJ-NP-TV-Z])")
 
 
 def fix_articles(text: str) -> str:
-    """'a urgency worklist' -> 'an urgency worklist', 'an draft' -> 'a draft'."""
-    return _AN_BEFORE_CONSONANT.sub(r"\1 ", _A_BEFORE_VOWEL.sub(r"\1n ", text))
+    """'a urgency worklist' -> 'an urgency worklist', 'an draft' -> 'a draft',
+    'in the the Nordics' -> 'in the Nordics'."""
+    text = _AN_BEFORE_CONSONANT.sub(r"\1 ", _A_BEFORE_VOWEL.sub(r"\1n ", text))
+    return _THE_THE.sub(r"\1 ", text)
 
 
 def _cap(text: str) -> str:

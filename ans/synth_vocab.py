@@ -108,7 +108,7 @@ DOMAINS: tuple[Domain, ...] = (
         "upgradeable proxy contracts|NFT marketplace contracts|cross-chain bridges",
         focus="reentrancy|integer overflow|access-control misconfiguration|oracle manipulation|"
         "front-running|storage slot collisions|unchecked external calls",
-        artefacts="severity-ranked findings report|audit summary|gas optimisation notes|"
+        artefacts="severity-ranked findings report|audit summary|gas optimisation memo|"
         "remediation checklist",
         tools="slither|mythril|foundry|echidna|certora prover|hardhat",
         modalities="text|code",
@@ -290,7 +290,7 @@ DOMAINS: tuple[Domain, ...] = (
         "Rust crates|Terraform modules|Java monoliths",
         focus="race conditions|missing tests|API breaking changes|performance regressions|"
         "naming and readability|error handling",
-        artefacts="review comments|refactoring plan|test coverage report|change summary",
+        artefacts="review comment thread|refactoring plan|test coverage report|change summary",
         tools="GitHub|GitLab|ruff|SonarQube|ESLint|clippy",
         modalities="code|text",
         tags="code-review|software-engineering|refactoring|static-analysis",
@@ -299,7 +299,7 @@ DOMAINS: tuple[Domain, ...] = (
             "Review pull request #{n} in the payments repo and point out {focus}.",
             "Suggest a {artefact} for the {object} flagged by {tool}.",
             "Check the {object} changed in {ref} for {focus}.",
-            "Write {artefact} for the diff between {hash} and main.",
+            "Write a {artefact} for the diff between {hash} and main.",
             "Find {focus} in our {object} before the {date} release.",
         ),
     ),
@@ -654,7 +654,7 @@ DOMAINS: tuple[Domain, ...] = (
         "standard-essential patents|design patents",
         focus="novelty|freedom to operate|claim scope|citation networks|"
         "priority dates|invalidity arguments",
-        artefacts="prior-art report|claim chart|landscape map|FTO opinion draft",
+        artefacts="prior-art report|claim chart|landscape map|freedom-to-operate opinion draft",
         tools="Espacenet|Google Patents|PatSnap|Derwent Innovation|USPTO PatFT",
         modalities="text|pdf|image",
         tags="patents|prior-art|ip|intellectual-property",
@@ -732,7 +732,7 @@ DOMAINS: tuple[Domain, ...] = (
         "third-party libraries|laptops|OT devices",
         focus="critical CVEs|exploitability|end-of-life software|misconfigurations|"
         "SBOM gaps|patch SLAs",
-        artefacts="prioritized remediation list|SBOM|patch schedule|exposure dashboard",
+        artefacts="prioritized remediation list|software bill of materials|patch schedule|exposure dashboard",
         tools="Trivy|Nessus|Qualys|Snyk|Grype|Dependabot",
         modalities="text|code|tabular",
         tags="vulnerability-management|cve|patching|appsec",
@@ -779,7 +779,7 @@ DOMAINS: tuple[Domain, ...] = (
         scopes="ci:read ci:run",
         methods="ANALYZE REPAIR REPORT",
         verbs="fix|speed up|migrate|monitor",
-        qverbs="unbreak|repair|make faster|debug",
+        qverbs="unbreak|repair|accelerate|debug",
         objects="GitHub Actions workflows|Jenkins pipelines|flaky test suites|"
         "Docker builds|release pipelines|Helm deployments",
         focus="flaky tests|build cache misses|slow stages|secret leaks|failed deploys|"
@@ -809,7 +809,7 @@ DOMAINS: tuple[Domain, ...] = (
         objects="ETL pipelines|customer master data|event streams|data lake tables|"
         "CRM records|dbt models",
         focus="schema drift|null spikes|duplicate records|late-arriving data|"
-        "referential integrity|freshness SLAs",
+        "referential integrity breaks|freshness SLAs",
         artefacts="data quality report|validation suite|incident ticket|lineage map",
         tools="Great Expectations|dbt|Monte Carlo|Apache Airflow|Soda|Spark",
         modalities="tabular|text",
@@ -940,7 +940,7 @@ DOMAINS: tuple[Domain, ...] = (
         "pension contributions|multi-country payroll",
         focus="tax withholding|statutory deductions|retroactive pay changes|"
         "leave balances|payslip errors|minimum wage rules",
-        artefacts="payroll register|payslips|variance report|bank payment file",
+        artefacts="payroll register|payslip batch|variance report|bank payment file",
         tools="ADP|Deel|Gusto|SAP SuccessFactors|Payfit",
         modalities="tabular|text",
         tags="payroll|hr|compensation|compliance",
@@ -966,7 +966,7 @@ DOMAINS: tuple[Domain, ...] = (
         "press releases|LinkedIn posts",
         focus="brand voice|call to action|SEO keywords|reading level|"
         "character limits|audience persona",
-        artefacts="copy variants|campaign brief|tagline shortlist|content calendar",
+        artefacts="copy variant set|campaign brief|tagline shortlist|content calendar",
         tools="HubSpot|Mailchimp|Google Ads|Figma|Notion",
         modalities="text|image",
         tags="copywriting|marketing|content|advertising|brand",
@@ -974,7 +974,7 @@ DOMAINS: tuple[Domain, ...] = (
         examples=(
             "Write {n} {object} for the {product} launch with a strong {focus}.",
             "Rewrite our {object} for {region} in our {focus}.",
-            "Create {artefact} for the {period} campaign.",
+            "Create a {artefact} for the {period} campaign.",
             "Split-test {object} for {tool} around {focus}.",
             "Build a {artefact} for {company}'s spring sale.",
         ),
@@ -1183,7 +1183,7 @@ DOMAINS: tuple[Domain, ...] = (
             "Reduce {focus} across {n} {object}.",
             "Write the {period} {artefact} for our {object}.",
             "Forecast load for {object} in {city} next week.",
-            "Shift {object} to cheaper {focus}.",
+            "Move {object} into cheaper tariff windows to cut {focus}.",
             "Find {focus} in {object} using {tool} data.",
         ),
     ),
@@ -1304,14 +1304,14 @@ DOMAINS: tuple[Domain, ...] = (
         "interview panels|cross-time-zone standups",
         focus="action items|decisions|attendee availability|time-zone overlap|"
         "agenda topics|open questions",
-        artefacts="meeting minutes|calendar invite|follow-up email|decision log",
+        artefacts="minutes document|calendar invite|follow-up email|decision log",
         tools="Google Calendar|Microsoft Teams|Zoom|Outlook|Otter.ai",
         modalities="text|audio",
         tags="meetings|scheduling|productivity|note-taking",
         label="Meet|Agenda|Minute|Calendar|Huddle|Sync",
         examples=(
             "Schedule {object} for {n} people across {focus}.",
-            "Write {artefact} for the {date} {object}.",
+            "Write a {artefact} for the {date} {object}.",
             "List {focus} from yesterday's {object}.",
             "Send a {artefact} after the call with {company}.",
             "Find a slot for {object} in {tool} next week.",
@@ -1383,7 +1383,7 @@ DOMAINS: tuple[Domain, ...] = (
         "telehealth consultations|earnings calls",
         focus="compliance phrases|customer sentiment|talk-to-listen ratio|objections|"
         "script adherence|silence and hold time",
-        artefacts="call transcript|QA scorecard|coaching notes|call summary",
+        artefacts="call transcript|QA scorecard|coaching plan|call summary",
         tools="Whisper|Gong|Amazon Transcribe|CallMiner|Genesys",
         modalities="audio|text|voice",
         tags="speech-analytics|transcription|call-center|qa",
@@ -1392,7 +1392,7 @@ DOMAINS: tuple[Domain, ...] = (
             "Transcribe {n} {object} in {lang} and check {focus}.",
             "Build a {artefact} for agent {ref}.",
             "Summarize {object} from {period} by {focus}.",
-            "Write {artefact} for reps with low {focus}.",
+            "Write a {artefact} for reps with low {focus}.",
             "Flag {object} from {tool} missing {focus}.",
         ),
     ),
