@@ -732,7 +732,8 @@ DOMAINS: tuple[Domain, ...] = (
         "third-party libraries|laptops|OT devices",
         focus="critical CVEs|exploitability|end-of-life software|misconfigurations|"
         "SBOM gaps|patch SLAs",
-        artefacts="prioritized remediation list|software bill of materials|patch schedule|exposure dashboard",
+        artefacts="prioritized remediation list|software bill of materials|patch schedule|"
+        "exposure dashboard",
         tools="Trivy|Nessus|Qualys|Snyk|Grype|Dependabot",
         modalities="text|code|tabular",
         tags="vulnerability-management|cve|patching|appsec",
