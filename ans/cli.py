@@ -110,9 +110,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     lc.add_argument("event", choices=["suspend", "revoke", "deprecate", "reinstate"])
     lc.add_argument("canonical_id", help="the agent's canonical id")
-    lc.add_argument(
-        "--governance-key", type=Path, required=True, help="governance private key PEM"
-    )
+    lc.add_argument("--governance-key", type=Path, required=True, help="governance private key PEM")
     lc.add_argument("--kid", help="key id, if the JWKS used a custom one")
     lc.add_argument("--reason", help="reason code or text (kept in the audit log)")
     lc.add_argument("--successor", help="successor_agent canonical id (deprecate only)")
@@ -121,9 +119,7 @@ def _parser() -> argparse.ArgumentParser:
 
     au = sub.add_parser("audit", help="audit log tools")
     ausub = au.add_subparsers(dest="audit_command", required=True)
-    av = ausub.add_parser(
-        "verify", help="check the audit log's hash chain (exit 0 only if intact)"
-    )
+    av = ausub.add_parser("verify", help="check the audit log's hash chain (exit 0 only if intact)")
     av.add_argument("--data-dir", type=Path, default=Path("ans-data"))
     av.add_argument("--file", type=Path, help="audit log path (default DATA_DIR/audit.jsonl)")
     return ap
@@ -186,7 +182,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"ANS demo catalog: {n} agents activated (demo governance kid {built.demo_key.kid})",
             flush=True,
         )
-    serve_forever(built.service, cfg, gate=built.gate, freshness=built.freshness)
+    serve_forever(built.service, cfg, gate=built.gate, freshness=built.freshness, lock=built.lock)
     return 0
 
 
