@@ -243,6 +243,38 @@ def build_service(
     return Built(service, demo_key, build_gate(config, service, trusted, clock), freshness, lock)
 
 
+def build_offline_service(
+    config: Config, *, embedder: Embedder | None = None, clock: Clock = utc_now
+) -> tuple[AnsService, TrustedKeys]:
+    """The service without network parts (no federation, gate or refresh), for
+    ``ans import``; the caller holds the data-directory lock. The registry and
+    index are loaded as at server start-up."""
+    data = config.data_dir
+    data.mkdir(parents=True, exist_ok=True)
+    signing_key = SigningKey.load_or_create(data / SIGNING_KEY_FILE)
+    trusted = load_keys(config.governance_jwks)
+    if config.demo:
+        trusted.add(SigningKey.load_or_create(data / DEMO_GOVERNANCE_KEY_FILE).public)
+    import faiss
+
+    faiss.omp_set_num_threads(1)
+    store = SQLiteStore(data / REGISTRY_FILE)
+    matcher, snapshot = load_index(
+        data / INDEX_DIR, embedder or WordLlamaEmbedder(), store.max_seq()
+    )
+    service = AnsService(
+        config=config,
+        store=store,
+        matcher=matcher,
+        signing_key=signing_key,
+        governance_keys=trusted,
+        audit=AuditLog(data / "audit.jsonl", clock, fsync=config.audit_fsync),
+        clock=clock,
+    )
+    service.load(snapshot)
+    return service, trusted
+
+
 def bind_socket(config: Config) -> socket.socket:
     host, port = config.host_port
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -761,6 +761,71 @@ class AnsService:
             "updated_at": stored.updated_at,
         }
 
+    # -- bulk ACTIVATE (ans import) -----------------------------------------------------
+    def activate_many(
+        self, verified: Sequence[tuple[dict[str, Any], dict[str, Any], str]]
+    ) -> tuple[list[str], int, list[tuple[int, AgtpError]]]:
+        """ACTIVATE a batch of already verified (manifest, capabilities,
+        signer_kid), as if one after another: the same admissibility rules
+        (tombstoned 410, Suspended 409, stale 409, unchanged), a later line for
+        the same canonical id checked against the earlier one. Then one store
+        transaction, one batched embedding, one index update.
+
+        Returns (stored canonical ids in order, unchanged count,
+        [(position in ``verified``, refusal)])."""
+        now = rfc3339(self.clock())
+        refused: list[tuple[int, AgtpError]] = []
+        unchanged = 0
+        with self._activate_lock:
+            previous = self.store.get_many(m["canonical_id"] for m, _, _ in verified)
+            pending: dict[str, StoredAgent] = {}
+            for i, (manifest, caps, kid) in enumerate(verified):
+                cid = manifest["canonical_id"]
+                try:
+                    prev = pending.get(cid) or previous.get(cid)
+                    withdrawn = self._withdrawn.get(cid)
+                    if withdrawn is not None and withdrawn != SUSPENDED:
+                        self._admissible(cid, manifest, caps)  # raises 410 agent_retired
+                    if prev is not None and prev.lifecycle_state == SUSPENDED:
+                        raise Conflict(
+                            f"agent {cid[:80]} is Suspended; the governance platform must "
+                            "REINSTATE it",
+                            code="agent_suspended",
+                        )
+                    if prev is not None:
+                        same = check_manifest_freshness(manifest, prev.manifest)
+                        if (
+                            same
+                            and prev.capabilities == caps
+                            and prev.lifecycle_state == ACTIVE
+                            and (cid in pending or cid in self._registry)
+                        ):
+                            unchanged += 1
+                            continue
+                except AgtpError as exc:
+                    refused.append((i, exc))
+                    continue
+                pending[cid] = StoredAgent(
+                    canonical_id=cid,
+                    manifest=manifest,
+                    capabilities=caps,
+                    lifecycle_state=ACTIVE,
+                    signer_kid=kid,
+                    registered_at=prev.registered_at if prev is not None else now,
+                    updated_at=now,
+                )
+            agents = list(pending.values())
+            self.store.upsert_many(agents)  # durable first
+            profiles = [profile_from(a.manifest, a.capabilities) for a in agents]
+            vectors = embed_many(self.matcher, profiles)
+            entries = [AgentEntry.from_stored(a) for a in agents]
+            with self._lock:
+                upsert_many(self.matcher, list(zip(profiles, vectors, strict=True)))
+                self._registry.put_many(entries)
+                for a in agents:
+                    self._forget_fields(a.canonical_id)
+        return [a.canonical_id for a in agents], unchanged, refused
+
     def _explain_removed_key(self, manifest: dict[str, Any], exc: UnknownSigningKey) -> None:
         """An unknown key that once signed this agent's stored manifest was
         removed from the trusted set: say so (401 signing_key_removed)."""
