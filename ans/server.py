@@ -21,7 +21,7 @@ import socket
 import ssl
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,15 +36,23 @@ from ans.governance.audit import AuditLog
 from ans.governance.keys import SigningKey, TrustedKeys
 from ans.governance.policy import ZonePolicy
 
+from .ann import AnnSettings
 from .app import AnsApp
 from .config import Config
 from .gate import RequestGate
-from .matcher import CapabilityIndex, Embedder, WordLlamaEmbedder
+from .matcher import (
+    CapabilityIndex,
+    CapabilityProfile,
+    Embedder,
+    ProfileSource,
+    WordLlamaEmbedder,
+    profile_from,
+)
 from .mtls import serve_with_client_certs
 from .outbox import Outbox
 from .refresher import FreshnessRunner
 from .service import AnsService, Clock, utc_now
-from .store import DataDirLock, SQLiteStore
+from .store import DataDirLock, RegistryStore, SQLiteStore
 
 SIGNING_KEY_FILE = "ans-signing-key.pem"
 DEMO_GOVERNANCE_KEY_FILE = "demo-governance-key.pem"
@@ -88,36 +96,53 @@ class Built:
     lock: DataDirLock | None = None
 
 
+def profile_source(store: RegistryStore) -> ProfileSource:
+    """Capability profiles read from the store on demand: the index keeps no
+    text in memory (evidence examples, capability_domains re-embedding)."""
+
+    def profiles(ids: Sequence[str]) -> Mapping[str, CapabilityProfile]:
+        return {
+            cid: profile_from(a.manifest, a.capabilities) for cid, a in store.get_many(ids).items()
+        }
+
+    return profiles
+
+
 def load_index(
-    directory: Path, embedder: Embedder, max_seq: int
+    directory: Path, embedder: Embedder, store: RegistryStore, settings: AnnSettings
 ) -> tuple[CapabilityIndex, dict[str, Any] | None]:
     """The capability index from its snapshot, with the snapshot's meta, or an
-    empty index and None (no snapshot, no loader yet, corrupt, incompatible,
-    or newer than the store). Never raises for a bad snapshot."""
-    loader = getattr(CapabilityIndex, "load", None)
-    if loader is None or not directory.is_dir():
-        return CapabilityIndex(embedder), None
+    empty index and None (no snapshot, corrupt, incompatible, or newer than
+    the store). Never raises for a bad snapshot."""
+    source = profile_source(store)
+
+    def empty() -> CapabilityIndex:
+        return CapabilityIndex(embedder, settings=settings, profile_source=source)
+
+    if not directory.is_dir():
+        return empty(), None
     t0 = time.perf_counter()
     try:
-        loaded = loader(directory, embedder)
+        loaded = CapabilityIndex.load(directory, embedder, settings=settings, profile_source=source)
     except Exception as exc:  # a bad snapshot costs a rebuild, never the start-up
         log.warning("index snapshot unreadable; rebuilding", error=str(exc)[:200])
         loaded = None
     if loaded is not None:
         index, meta = loaded
         seq = meta.get("change_seq") if isinstance(meta, dict) else None
-        if isinstance(seq, int) and 0 <= seq <= max_seq:
+        if isinstance(seq, int) and 0 <= seq <= store.max_seq():
             log.info(
                 "index snapshot loaded",
                 change_seq=seq,
                 count=meta.get("count"),
+                mode=index.describe()["mode"],
                 seconds=round(time.perf_counter() - t0, 3),
             )
             return index, meta
         log.warning("index snapshot does not match the registry; rebuilding", change_seq=seq)
     else:
         log.warning("index snapshot absent or incompatible; rebuilding")
-    return CapabilityIndex(embedder), None
+    return empty(), None
 
 
 def build_freshness(service: AnsService, config: Config) -> FreshnessRunner | None:
@@ -196,7 +221,7 @@ def build_service(
         )
     store = SQLiteStore(data / REGISTRY_FILE)
     matcher, snapshot = load_index(
-        data / INDEX_DIR, embedder or WordLlamaEmbedder(), store.max_seq()
+        data / INDEX_DIR, embedder or WordLlamaEmbedder(), store, config.index
     )
     service = AnsService(
         config=config,
@@ -260,7 +285,7 @@ def build_offline_service(
     faiss.omp_set_num_threads(1)
     store = SQLiteStore(data / REGISTRY_FILE)
     matcher, snapshot = load_index(
-        data / INDEX_DIR, embedder or WordLlamaEmbedder(), store.max_seq()
+        data / INDEX_DIR, embedder or WordLlamaEmbedder(), store, config.index
     )
     service = AnsService(
         config=config,
