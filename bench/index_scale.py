@@ -28,10 +28,10 @@ from typing import Any
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
-from ans.synth import generate, make_queries
 
 from ans.ann import AnnSettings
 from ans.matcher import CapabilityIndex, WordLlamaEmbedder, profile_from
+from ans.synth import generate, make_queries
 
 K = 50
 
