@@ -11,8 +11,9 @@ agents/s, CPU seconds (parent + workers) and agents per CPU-second, the
 parent's peak RSS, and the file size. The floor is the cost that no generator
 can avoid: one ES256 signature over the JCS bytes of a typical manifest,
 timed single-threaded in the same run; ``ratio_to_floor`` is agents/s divided
-by (workers x signatures/s). The machine is shared, so the load average at
-the start of each size is recorded too.
+by (workers x signatures/s), and ``cpu_ratio_to_floor`` is agents per
+CPU-second divided by signatures/s (robust against other load). The machine
+is shared, so the load average at the start of each size is recorded too.
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ def run(sizes: list[int], root: Path, workers: int, keep: bool) -> dict[str, Any
             "cpu_s": round(cpu, 2),
             "agents_per_cpu_s": round(n / cpu) if cpu else None,
             "ratio_to_floor": round(n / wall / (workers * floor), 3),
+            # contention-robust: CPU cost per agent against the per-core floor
+            "cpu_ratio_to_floor": round(n / cpu / floor, 3) if cpu else None,
             "bytes": meta["agents"]["bytes"],
             "bytes_per_agent": round(meta["agents"]["bytes"] / max(n, 1)),
             "parent_peak_rss_mb": round(
@@ -92,7 +95,8 @@ def run(sizes: list[int], root: Path, workers: int, keep: bool) -> dict[str, Any
         rows.append(row)
         print(
             f"{n:>9,} agents  {wall:7.1f} s  {row['agents_per_s']:>7,}/s  "
-            f"{row['agents_per_cpu_s']:>6,}/CPU-s  x{row['ratio_to_floor']:.2f} of floor  "
+            f"{row['agents_per_cpu_s']:>6,}/CPU-s  x{row['ratio_to_floor']:.2f} of floor "
+            f"(CPU x{row['cpu_ratio_to_floor']:.2f})  "
             f"{row['bytes'] / 1e6:8.0f} MB  parent RSS {row['parent_peak_rss_mb']} MB  "
             f"load {load:.1f}",
             flush=True,
