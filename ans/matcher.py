@@ -414,6 +414,7 @@ class CapabilityIndex:
         self._generation: dict[int, int] = {}
         self._ann_cap: AnnIndex | None = None
         self._ann_ex: AnnIndex | None = None
+        self._ann_built_for = 0  # agents the approximate index was sized for
         self.dirty = False  # changed since the last save()/load()
 
     def __len__(self) -> int:
@@ -597,6 +598,8 @@ class CapabilityIndex:
         n = len(self._slot_of)
         if self._ann_cap is None and n > self.settings.exact_max:
             self.build_ann()
+        elif self._ann_cap is not None and n > 4 * self._ann_built_for:
+            self.build_ann()  # the inverted lists were sized for a quarter of this
         elif self._ann_cap is not None and n <= self.settings.exact_max // 2:
             self._ann_cap = self._ann_ex = None  # back to exhaustive (with hysteresis)
 
@@ -607,6 +610,7 @@ class CapabilityIndex:
             slots = np.array(sorted(self._slot_of.values()), dtype=np.int64)
             if not len(slots):
                 return
+            self._ann_built_for = len(slots)
             self._ann_cap = AnnIndex.build(self._dim, self._cap.get(slots), slots, self.settings)
             ids, vecs = [], []
             has = slots[self._has_examples[slots]]
@@ -1046,6 +1050,7 @@ class CapabilityIndex:
                 "tag_keys": self._tags.keys,
                 "lex_keys": self._lexical.postings.keys,
                 "approximate": self._ann_cap is not None,
+                "ann_built_for": self._ann_built_for,
                 "meta": dict(meta),
             }
             directory = Path(directory)
@@ -1126,6 +1131,7 @@ class CapabilityIndex:
                 nprobe = idx.settings.nprobe
                 idx._ann_cap = AnnIndex.load(directory / "capability.faiss", nprobe)
                 idx._ann_ex = AnnIndex.load(directory / "examples.faiss", nprobe)
+                idx._ann_built_for = int(doc.get("ann_built_for") or len(idx._slot_of))
             elif len(idx._slot_of) > idx.settings.exact_max:
                 idx.build_ann()
             idx.dirty = False
