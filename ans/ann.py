@@ -29,8 +29,8 @@ Ids = npt.NDArray[np.int64]
 @dataclass(frozen=True, slots=True)
 class AnnSettings:
     exact_max: int = 20_000  # up to this many agents: exhaustive (exact) scoring
-    candidates: int = 256  # per source and query text, in approximate mode
-    nprobe: int = 24  # inverted lists visited per search
+    candidates: int = 512  # per source and query text, in approximate mode
+    nprobe: int = 8  # inverted lists visited per search
     train_size: int = 40_000  # vectors sampled to train the coarse quantizer
     threads: int = 1  # FAISS threads (the server's event loop shares the cores)
     seed: int = 1234

@@ -289,10 +289,13 @@ class QueryScores:
 
     def above(self, floor: float) -> dict[str, float]:
         """capability_match_score of every candidate scoring at least ``floor``."""
+        keep = np.nonzero(self.final >= floor - 1e-7)[0]
+        values = np.clip(self.final[keep], 0.0, 1.0).astype(np.float64).tolist()
+        ids = self.ids
         out: dict[str, float] = {}
-        for i in np.nonzero(self.final >= floor - 1e-7)[0].tolist():
-            cid = self.ids[i]
-            score = round(min(1.0, max(0.0, float(self.final[i]))), PRECISION)
+        for i, v in zip(keep.tolist(), values, strict=True):
+            cid = ids[i]
+            score = round(v, PRECISION)
             if cid is not None and score >= floor:
                 out[cid] = score
         return out
@@ -400,6 +403,7 @@ class CapabilityIndex:
         self._cap = QRows(self._dim)
         self._has_examples = np.zeros(0, dtype=bool)
         self._n_tags = np.zeros(0, dtype=np.int16)
+        self._alive = np.zeros(0, dtype=bool)  # slot holds an indexed agent
         self._slot_of: dict[str, int] = {}
         self._id_of: list[str | None] = []
         self._free: list[int] = []
@@ -485,6 +489,7 @@ class CapabilityIndex:
             slot = self._free.pop() if self._free else self._grow()
             self._slot_of[cid] = slot
             self._id_of[slot] = cid
+            self._alive[slot] = True
         else:
             self._clear(slot)
         self._generation[slot] = self._generation.get(slot, 0) + 1
@@ -563,7 +568,9 @@ class CapabilityIndex:
             has[: len(self._has_examples)] = self._has_examples
             tags = np.zeros(cap, dtype=np.int16)
             tags[: len(self._n_tags)] = self._n_tags
-            self._has_examples, self._n_tags = has, tags
+            alive = np.zeros(cap, dtype=bool)
+            alive[: len(self._alive)] = self._alive
+            self._has_examples, self._n_tags, self._alive = has, tags, alive
         self._id_of.append(None)
         return slot
 
@@ -588,6 +595,7 @@ class CapabilityIndex:
                 return
             self._clear(slot)
             self._id_of[slot] = None
+            self._alive[slot] = False
             self._free.append(slot)
             if self._profiles is not None:
                 self._profiles.pop(canonical_id, None)
@@ -801,10 +809,7 @@ class CapabilityIndex:
             return np.zeros(0, dtype=np.int64)
         cand: Slots = np.unique(np.concatenate(parts).astype(np.int64))
         cand = cand[(cand >= 0) & (cand < n)]
-        alive = np.fromiter(
-            (self._id_of[s] is not None for s in cand.tolist()), dtype=bool, count=len(cand)
-        )
-        out: Slots = cand[alive]
+        out: Slots = cand[self._alive[cand]]
         return out
 
     def _narrow(
@@ -1126,6 +1131,7 @@ class CapabilityIndex:
                 return None
             idx._id_of = ids
             idx._slot_of = {c: s for s, c in enumerate(ids) if c is not None}
+            idx._alive = np.array([c is not None for c in ids], dtype=bool)
             idx._free = [s for s, c in enumerate(ids) if c is None]
             if doc.get("approximate"):
                 nprobe = idx.settings.nprobe

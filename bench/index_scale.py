@@ -3,6 +3,10 @@ query path, and recall of the approximate (FAISS) path against exhaustive
 scoring at k=50.
 
     .venv/bin/python bench/index_scale.py --agents 100000 --queries 200
+    .venv/bin/python bench/index_scale.py --data-dir DATA --queries-file CAT/queries.jsonl
+
+The second form reads the index snapshot and registry an ``ans import`` wrote
+(no rebuild), which is how the 1M figures are taken.
 
 Builds the index in-process from ``ans.synth`` agents (no server, no
 signatures: those are the load benchmark's business), then for every query of
@@ -55,6 +59,82 @@ def pct(xs: list[float], p: float) -> float:
     return float(np.percentile(np.array(xs), p)) if xs else 0.0
 
 
+def measure(
+    idx: CapabilityIndex, queries: list[dict[str, Any]], exhaustive: bool
+) -> dict[str, Any]:
+    lat: list[float] = []
+    lat_dom: list[float] = []
+    recalls: list[float] = []
+    for q in queries:
+        domains = tuple(q["capability_domains"]) if q.get("capability_domains") else None
+        t = time.perf_counter()
+        got = top(idx.query(q["intent"], domains).above(0.0), K)
+        (lat_dom if domains else lat).append((time.perf_counter() - t) * 1000)
+        if not exhaustive or domains:
+            continue  # exhaustive capability_domains would re-embed every agent
+        want = top(idx.query(q["intent"], domains, exhaustive=True).above(0.0), K)
+        if want:
+            recalls.append(len(set(got) & set(want)) / len(want))
+    return {
+        "query_ms": {
+            "n": len(lat),
+            "p50": round(pct(lat, 50), 2),
+            "p90": round(pct(lat, 90), 2),
+            "p99": round(pct(lat, 99), 2),
+        },
+        "query_ms_capability_domains": {
+            "n": len(lat_dom),
+            "p50": round(pct(lat_dom, 50), 2),
+            "p99": round(pct(lat_dom, 99), 2),
+        },
+        "recall_at_50": {
+            "n": len(recalls),
+            "mean": round(float(np.mean(recalls)), 4) if recalls else None,
+            "min": round(float(np.min(recalls)), 4) if recalls else None,
+            "share_at_least_0.9": round(float(np.mean(np.array(recalls) >= 0.9)), 4)
+            if recalls
+            else None,
+        },
+    }
+
+
+def from_snapshot(args: argparse.Namespace, argv: list[str] | None) -> int:
+    from ans.server import profile_source
+    from ans.store import SQLiteStore
+
+    store = SQLiteStore(args.data_dir / "registry.sqlite3")
+    settings = AnnSettings(exact_max=args.exact_max, nprobe=args.nprobe, candidates=args.candidates)
+    emb = WordLlamaEmbedder()
+    t = time.perf_counter()
+    loaded = CapabilityIndex.load(
+        args.data_dir / "index", emb, settings=settings, profile_source=profile_source(store)
+    )
+    load_s = time.perf_counter() - t
+    if loaded is None:
+        print(f"no usable snapshot in {args.data_dir / 'index'}", file=sys.stderr)
+        return 1
+    idx = loaded[0]
+    rss_loaded = rss_mb()
+    lines = args.queries_file.read_text().splitlines() if args.queries_file else []
+    queries = [q for q in map(json.loads, lines) if q.get("intent")][: args.queries]
+    idx.query("warm up", None)
+    report = {
+        "agents": len(idx),
+        "index": idx.describe(),
+        "snapshot_load_s": round(load_s, 2),
+        "rss_mb_after_load": round(rss_loaded),
+        **measure(idx, queries, not args.no_exhaustive),
+        "peak_rss_mb_incl_exhaustive_copies": round(peak_mb()),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "command": "bench/index_scale.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+    }
+    print(json.dumps(report, indent=2))
+    out = args.out or Path(__file__).parent / "results" / f"index_scale-{len(idx)}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--agents", type=int, default=100_000)
@@ -66,7 +146,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--candidates", type=int, default=AnnSettings().candidates)
     ap.add_argument("--no-exhaustive", action="store_true", help="skip the recall comparison")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--data-dir", type=Path, help="use DATA/index + DATA/registry.sqlite3")
+    ap.add_argument("--queries-file", type=Path, help="DISCOVER parameters, one per line")
     args = ap.parse_args(argv)
+    if args.data_dir is not None:
+        return from_snapshot(args, argv)
 
     settings = AnnSettings(exact_max=args.exact_max, nprobe=args.nprobe, candidates=args.candidates)
     emb = WordLlamaEmbedder()
