@@ -22,10 +22,10 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
+from ans.protocol.binding import response_headers
 from hypercorn.asyncio import serve
 
 from ans.config import load
-from ans.protocol.binding import response_headers
 from ans.server import bind_socket, hypercorn_config
 
 Message = MutableMapping[str, Any]

@@ -49,11 +49,11 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import httpx
-
 from ans.governance.keys import TrustedKeys
 from ans.governance.signing import RESULT_SIGNATURE_FIELD, verify_document
-from ans.launcher import RunningServer, start_server, stop_server
 from ans.protocol.messages import query_digest
+
+from ans.launcher import RunningServer, start_server, stop_server
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
@@ -327,10 +327,10 @@ def bench_size(n: int, args: argparse.Namespace, synth: Any, source: str) -> dic
                str(catalog / "agents.jsonl")]
         log(f"importing {n} agents: ans {' '.join(cmd[1:])}")
         t0 = time.perf_counter()
-        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)  # progress bar on stderr
         took = time.perf_counter() - t0
         if r.returncode != 0:
-            problems.append(f"ans import failed ({r.returncode}): {r.stderr[-500:]}")
+            problems.append(f"ans import failed ({r.returncode}): {r.stdout[-500:]}")
         res["import"] = {"method": "ans import", "agents": n, "seconds": round(took, 2),
                          "agents_per_s": round(n / took, 1)}
     else:
