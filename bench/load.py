@@ -502,7 +502,8 @@ def targets(sizes: dict[str, Any]) -> list[dict[str, Any]]:
         add("cold start", "<= 20 s", cs, None if cs is None else cs <= 20, where)
         imp = _get(sizes, largest, "import", "agents_per_s")
         method = _get(sizes, largest, "import", "method")
-        add(f"import ({method})", ">= 2000 agents/s", imp,
+        add("import" + (" (HTTP ACTIVATE)" if method and "HTTP" in method else ""),
+            ">= 2000 agents/s", imp,
             None if imp is None else imp >= 2000, where)
         vis = _get(sizes, largest, "visibility", "max_ms")
         add("ACTIVATE -> visibility (max of 50)", "<= 100 ms", vis,
