@@ -148,7 +148,7 @@ class AnsApp:
                 await self._raw(send, 200, JSON_HEADERS, self._jwks_body)
                 return
             if path == "/healthz":
-                body = orjson.dumps({"status": "ok", "agents": len(self.service)})
+                body = orjson.dumps(self.service.health())
                 await self._raw(send, 200, [(b"content-type", b"application/json")], body)
                 return
         raise NotFound(

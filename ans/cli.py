@@ -61,6 +61,30 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--log-format", choices=["console", "json"])
     s.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
 
+    im = sub.add_parser(
+        "import",
+        help="bulk-register agents from JSON-lines files (same verification as ACTIVATE)",
+    )
+    im.add_argument(
+        "files",
+        nargs="+",
+        type=Path,
+        metavar="FILE.jsonl",
+        help='one ACTIVATE parameters object per line: {"manifest": ..., "capabilities": ...}',
+    )
+    im.add_argument("--data-dir", type=Path, help="the server's data directory")
+    im.add_argument("--config", type=Path, help="TOML configuration file")
+    im.add_argument(
+        "--governance-jwks",
+        type=Path,
+        action="append",
+        help="JWKS file of trusted governance-platform keys (repeatable)",
+    )
+    im.add_argument("--batch", type=int, default=2000, help="agents stored per transaction")
+    im.add_argument("--workers", type=int, help="verification processes (default: CPU count)")
+    im.add_argument("--strict", action="store_true", help="exit 1 when any line is refused")
+    im.add_argument("--refusals", type=int, default=20, help="refused lines to print (default 20)")
+
     d = sub.add_parser("discover", help="send DISCOVER and print a verified, ranked table")
     d.add_argument("intent", help="natural-language description of the needed capability")
     _add_identity(d, "discovery:query")
@@ -110,9 +134,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     lc.add_argument("event", choices=["suspend", "revoke", "deprecate", "reinstate"])
     lc.add_argument("canonical_id", help="the agent's canonical id")
-    lc.add_argument(
-        "--governance-key", type=Path, required=True, help="governance private key PEM"
-    )
+    lc.add_argument("--governance-key", type=Path, required=True, help="governance private key PEM")
     lc.add_argument("--kid", help="key id, if the JWKS used a custom one")
     lc.add_argument("--reason", help="reason code or text (kept in the audit log)")
     lc.add_argument("--successor", help="successor_agent canonical id (deprecate only)")
@@ -121,9 +143,7 @@ def _parser() -> argparse.ArgumentParser:
 
     au = sub.add_parser("audit", help="audit log tools")
     ausub = au.add_subparsers(dest="audit_command", required=True)
-    av = ausub.add_parser(
-        "verify", help="check the audit log's hash chain (exit 0 only if intact)"
-    )
+    av = ausub.add_parser("verify", help="check the audit log's hash chain (exit 0 only if intact)")
     av.add_argument("--data-dir", type=Path, default=Path("ans-data"))
     av.add_argument("--file", type=Path, help="audit log path (default DATA_DIR/audit.jsonl)")
     return ap
@@ -136,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_serve(args)
         if args.command == "discover":
             return cmd_discover(args)
+        if args.command == "import":
+            return cmd_import(args)
         if args.command == "activate":
             return cmd_activate(args)
         if args.command == "lifecycle":
@@ -186,8 +208,50 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"ANS demo catalog: {n} agents activated (demo governance kid {built.demo_key.kid})",
             flush=True,
         )
-    serve_forever(built.service, cfg, gate=built.gate, freshness=built.freshness)
+    serve_forever(built.service, cfg, gate=built.gate, freshness=built.freshness, lock=built.lock)
     return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    """Exit 0 when at least one line was imported (or was already there,
+    unchanged) and nothing crashed; 1 when no line was accepted, or with
+    --strict any refused; 2 on usage errors (bad flags, unreadable files,
+    data directory in use)."""
+    from . import config as config_mod
+    from .bulk import import_files
+    from .server import configure_logging
+
+    if args.batch < 1 or (args.workers is not None and args.workers < 1):
+        raise ConfigError("--batch and --workers must be at least 1")
+    for f in args.files:
+        if not f.is_file():
+            raise ConfigError(f"no such file: {f}")
+    cfg = config_mod.load(
+        args.config,
+        data_dir=args.data_dir,
+        governance_jwks=tuple(args.governance_jwks) if args.governance_jwks else None,
+    )
+    configure_logging("warning", cfg.log_format)
+    report = import_files(cfg, args.files, batch=args.batch, workers=args.workers)
+    for r in report.refused[: args.refusals]:
+        print(
+            f"{r.file}:{r.line}: {r.status} {r.code}: {r.message} ({r.canonical_id[:80]})",
+            file=sys.stderr,
+        )
+    if len(report.refused) > args.refusals:
+        print(
+            f"... {len(report.refused) - args.refusals} more refused lines "
+            "(all in the audit log: activation_refused)",
+            file=sys.stderr,
+        )
+    print(
+        f"imported {report.imported}, unchanged {report.unchanged}, "
+        f"refused {len(report.refused)}, {report.rate:.0f} agents/s"
+        + (", index snapshot written" if report.snapshot else "")
+    )
+    if args.strict and report.refused:
+        return 1
+    return 0 if report.imported + report.unchanged > 0 else 1
 
 
 # -- discover / activate ----------------------------------------------------------------

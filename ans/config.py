@@ -21,6 +21,7 @@ from ans.federation.peers import (
 )
 from ans.governance.ratelimit import RateLimitSettings
 
+from .ann import AnnSettings
 from .freshness import FreshnessConfigError, FreshnessSettings, freshness_from_table
 
 
@@ -75,6 +76,8 @@ class Config:
     token_leeway: float = 30.0  # seconds of clock skew allowed on exp/nbf
     # [rate_limit] per Agent-ID
     rate_limit: RateLimitSettings = field(default_factory=RateLimitSettings)
+    # [index] exact below exact_max agents, FAISS IVF-SQ8 candidates above
+    index: AnnSettings = field(default_factory=AnnSettings)
     # [discovery]
     default_limit: int = 10
     max_limit: int = 100
@@ -253,6 +256,9 @@ def load(path: Path | None, **overrides: Any) -> Config:
             if section == "rate_limit":
                 values["rate_limit"] = _rate_limit(body)
                 continue
+            if section == "index":
+                values["index"] = _index(body)
+                continue
             if section == "ranking":
                 try:
                     values["ranking"] = RankingWeights(**body)
@@ -314,6 +320,32 @@ def _rate_limit(body: Any) -> RateLimitSettings:
                 raise ConfigError(f"[rate_limit] {key} has the wrong type") from None
         values[key] = value
     return replace(defaults, **values)
+
+
+_INDEX_BOUNDS = {
+    "exact_max": (0, 100_000_000),
+    "candidates": (8, 10_000),
+    "nprobe": (1, 4096),
+    "train_size": (1000, 10_000_000),
+    "threads": (1, 256),
+    "seed": (0, 2**31 - 1),
+}
+
+
+def _index(body: Any) -> AnnSettings:
+    if not isinstance(body, dict):
+        raise ConfigError("[index] must be a table")
+    values: dict[str, int] = {}
+    for key, value in body.items():
+        bounds = _INDEX_BOUNDS.get(key)
+        if bounds is None:
+            raise ConfigError(f"unknown key {key!r} in [index]")
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ConfigError(f"[index] {key} must be an integer")
+        if not bounds[0] <= value <= bounds[1]:
+            raise ConfigError(f"[index] {key} must be in [{bounds[0]}, {bounds[1]}]")
+        values[key] = value
+    return replace(AnnSettings(), **values)
 
 
 def _check_type(key: str, value: Any, default: Any) -> None:

@@ -1,22 +1,25 @@
 """One vector per published example task, stored in contiguous per-agent blocks.
 
-An agent's examples occupy rows [start, start + count) of one float32 matrix,
-appended together on upsert; a replaced or removed agent's rows are zeroed
-and left as holes (a zero row scores 0, which is never a match) until more
-than half the rows are holes, when the matrix is compacted. Scoring P query
-vectors is one matrix product over all rows and one ``maximum.reduceat`` over
-the block starts, so an agent's example score is its best example -- never an
-average -- at the cost of a single scan.
+An agent's examples occupy rows [start, start + count) of one int8-coded row
+store (:class:`ans.qrows.QRows`), appended together on upsert; a replaced or
+removed agent's rows are zeroed and left as holes (a zero row scores 0, which
+is never a match) until more than half the rows are holes, when the rows are
+compacted. An agent's example score is its best example -- never an average.
+Exhaustively, P query vectors cost one matrix product over all rows and one
+``maximum.reduceat`` over the block starts; for a candidate set, only the
+candidates' rows are read.
 
 Only the leading ``dims`` components are stored: the default embedder is
 trained so that its leading 128 of 256 dimensions are themselves an
-embedding (Matryoshka), which halves the memory a scan reads.
+embedding (Matryoshka), which halves memory and scan cost.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
+
+from .qrows import QRows
 
 Vectors = npt.NDArray[np.float32]
 Ints = npt.NDArray[np.int64]
@@ -34,11 +37,11 @@ class ExampleBlocks:
 
     def __init__(self, dims: int) -> None:
         self.dims = dims
-        self._rows = np.zeros((0, dims), dtype=np.float32)
+        self.rows = QRows(dims)
         self._used = 0
         self._live = 0
-        self.start: dict[int, int] = {}
-        self.count: dict[int, int] = {}
+        self._start = np.zeros(0, dtype=np.int64)  # slot -> first row
+        self._count = np.zeros(0, dtype=np.int32)  # slot -> rows (0: none)
         self._order: tuple[Ints, Ints] | None = None
 
     @property
@@ -48,63 +51,134 @@ class ExampleBlocks:
     def project(self, vectors: Vectors) -> Vectors:
         return _unit(np.ascontiguousarray(vectors[:, : self.dims], dtype=np.float32))
 
+    def _ensure(self, slot: int) -> None:
+        if slot >= len(self._count):
+            cap = max(64, 2 * len(self._count), slot + 1)
+            start = np.zeros(cap, dtype=np.int64)
+            start[: len(self._start)] = self._start
+            count = np.zeros(cap, dtype=np.int32)
+            count[: len(self._count)] = self._count
+            self._start, self._count = start, count
+
     def put(self, slot: int, vectors: Vectors) -> None:
         self.drop(slot)
         k = len(vectors)
         if k == 0:
             return
-        if self._used + k > len(self._rows):
-            if self._live + k <= len(self._rows) // 2:
+        self._ensure(slot)
+        if self._used + k > len(self.rows):
+            if self._live + k <= len(self.rows) // 2:
                 self._compact()
-            if self._used + k > len(self._rows):
-                grown = np.zeros(
-                    (max(256, 2 * len(self._rows), self._used + k), self.dims), dtype=np.float32
-                )
-                grown[: self._used] = self._rows[: self._used]
-                self._rows = grown
-        self._rows[self._used : self._used + k] = self.project(vectors)
-        self.start[slot], self.count[slot] = self._used, k
+            self.rows.reserve(self._used + k)
+        self.rows.set(slice(self._used, self._used + k), self.project(vectors))
+        self._start[slot], self._count[slot] = self._used, k
         self._used += k
         self._live += k
         self._order = None
 
     def drop(self, slot: int) -> None:
-        s = self.start.pop(slot, None)
-        if s is None:
+        if slot >= len(self._count) or self._count[slot] == 0:
             return
-        k = self.count.pop(slot)
-        self._rows[s : s + k] = 0.0
+        s, k = int(self._start[slot]), int(self._count[slot])
+        self.rows.clear(slice(s, s + k))
+        self._count[slot] = 0
         self._live -= k
         self._order = None
 
     def _compact(self) -> None:
-        rows = np.zeros_like(self._rows)
-        at = 0
-        for slot in sorted(self.start, key=self.start.__getitem__):
-            s, k = self.start[slot], self.count[slot]
-            rows[at : at + k] = self._rows[s : s + k]
-            self.start[slot] = at
-            at += k
-        self._rows, self._used = rows, at
+        slots = np.nonzero(self._count)[0]
+        slots = slots[np.argsort(self._start[slots], kind="stable")]
+        idx = self._rows_of(slots)
+        codes, scale = self.rows.codes[idx].copy(), self.rows.scale[idx].copy()
+        self.rows.clear(slice(0, self._used))
+        self.rows.codes[: len(idx)] = codes
+        self.rows.scale[: len(idx)] = scale
+        self.rows.drop_dense()
+        counts = self._count[slots].astype(np.int64)
+        starts = np.zeros(len(slots), dtype=np.int64)
+        np.cumsum(counts[:-1], out=starts[1:])
+        self._start[slots] = starts
+        self._used = len(idx)
+        self._order = None
+
+    def _rows_of(self, slots: Ints) -> Ints:
+        """Row indices of the slots' examples, block after block."""
+        counts = self._count[slots].astype(np.int64)
+        total = int(counts.sum())
+        if total == 0:
+            return np.zeros(0, dtype=np.int64)
+        ends = np.cumsum(counts)
+        shift = np.repeat(self._start[slots] - (ends - counts), counts)
+        return shift + np.arange(total, dtype=np.int64)
 
     def _blocks(self) -> tuple[Ints, Ints]:
         if self._order is None:
-            slots = np.array(sorted(self.start, key=self.start.__getitem__), dtype=np.int64)
-            starts = np.array([self.start[s] for s in slots.tolist()], dtype=np.int64)
-            self._order = (slots, starts)
+            slots = np.nonzero(self._count)[0]
+            slots = slots[np.argsort(self._start[slots], kind="stable")]
+            self._order = (slots, self._start[slots])
         return self._order
 
     def best(self, queries: Vectors, n_slots: int) -> tuple[Vectors, Vectors]:
-        """(best example similarity per slot and query: (n_slots, P);
+        """Exhaustively: (best example similarity per slot and query: (n_slots, P);
         every row's similarity: (rows, P)) for full-width query vectors."""
         q = self.project(queries)
         out = np.zeros((n_slots, len(q)), dtype=np.float32)
-        if not self.start:
+        if self._live == 0:
             return out, np.zeros((0, len(q)), dtype=np.float32)
-        sims = self._rows[: self._used] @ q.T
+        sims = self.rows.dense(self._used) @ q.T
         slots, starts = self._blocks()
         out[slots] = np.maximum.reduceat(sims, starts, axis=0)
         return out, sims
 
-    def block(self, slot: int) -> tuple[int, int]:
-        return self.start.get(slot, 0), self.count.get(slot, 0)
+    def best_of(self, queries: Vectors, slots: Ints) -> Vectors:
+        """Best example similarity of each given slot per query: (len(slots), P)."""
+        q = self.project(queries)
+        out = np.zeros((len(slots), len(q)), dtype=np.float32)
+        slots = np.asarray(slots, dtype=np.int64)
+        inside = slots < len(self._count)
+        has = np.zeros(len(slots), dtype=bool)
+        has[inside] = self._count[slots[inside]] > 0
+        if not has.any():
+            return out
+        with_rows = slots[has]
+        idx = self._rows_of(with_rows)
+        sims = self.rows.get(idx) @ q.T
+        counts = self._count[with_rows].astype(np.int64)
+        offsets = np.zeros(len(with_rows), dtype=np.int64)
+        np.cumsum(counts[:-1], out=offsets[1:])
+        out[has] = np.maximum.reduceat(sims, offsets, axis=0)
+        return out
+
+    def vectors_of(self, slot: int) -> Vectors:
+        """The slot's stored (projected, dequantized) example vectors, in order."""
+        if slot >= len(self._count) or self._count[slot] == 0:
+            return np.zeros((0, self.dims), dtype=np.float32)
+        s, k = int(self._start[slot]), int(self._count[slot])
+        return self.rows.get(np.arange(s, s + k))
+
+    def count(self, slot: int) -> int:
+        return int(self._count[slot]) if slot < len(self._count) else 0
+
+    # -- snapshot --------------------------------------------------------------------
+    def state(self) -> dict[str, npt.NDArray[np.generic]]:
+        if self._used > 2 * self._live:
+            self._compact()
+        return {
+            **self.rows.state("ex", self._used),
+            "ex_start": self._start,
+            "ex_count": self._count,
+        }
+
+    @classmethod
+    def restore(cls, dims: int, arrays: dict[str, npt.NDArray[np.generic]]) -> ExampleBlocks:
+        ex = cls(dims)
+        ex.rows = QRows.restore(dims, "ex", arrays)
+        ex._used = len(ex.rows)
+        ex._start = np.asarray(arrays["ex_start"], dtype=np.int64).copy()
+        ex._count = np.asarray(arrays["ex_count"], dtype=np.int32).copy()
+        ex._live = int(ex._count.sum())
+        if len(ex._start) != len(ex._count) or (
+            ex._live and int((ex._start + ex._count).max()) > ex._used
+        ):
+            raise ValueError("example snapshot is inconsistent")
+        return ex

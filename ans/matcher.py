@@ -27,18 +27,26 @@ how they were chosen (leave-one-out over the published example tasks only).
 
 from __future__ import annotations
 
+import hashlib
+import os
+import shutil
 import threading
+import uuid
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
+import orjson
 
+from .ann import AnnIndex, AnnSettings
 from .examples_index import ExampleBlocks
 from .lexical import LexicalIndex
+from .postings import SlotPostings
+from .qrows import QRows
 from .ranking import PRECISION
 from .text import candidate_tags, content_text, normalize_tag, segments, split_label
 
@@ -124,6 +132,12 @@ class WordLlamaEmbedder:
         self._table = np.ascontiguousarray(wl.embedding, dtype=np.float32)
         self._tok = wl.tokenizer
         self.dim = int(self._table.shape[1])
+        # no padding: we pool per text ourselves (padding to the longest text in a
+        # batch would tokenize and gather pad tokens for nothing)
+        self._tok.no_padding()
+        self._tok.no_truncation()
+        digest = hashlib.sha256(self._table[:64].tobytes()).hexdigest()[:16]
+        self.fingerprint = f"wordllama-{self.dim}-{self._table.shape[0]}-{digest}"
         # wordllama is Matryoshka-trained: its leading 128 dims are an embedding too
         self.prefix_dims = min(128, self.dim)
 
@@ -134,11 +148,25 @@ class WordLlamaEmbedder:
             return sums, counts
         encoded = self._tok.encode_batch(list(texts), add_special_tokens=False)
         top = self._table.shape[0] - 1
-        for i, enc in enumerate(encoded):
-            ids = [t for t, m in zip(enc.ids, enc.attention_mask, strict=True) if m]
-            if ids:
-                sums[i] = self._table[np.clip(ids, 0, top)].sum(axis=0)
-                counts[i] = len(ids)
+        ids = [enc.ids for enc in encoded]
+        lens = np.fromiter((len(i) for i in ids), dtype=np.int64, count=len(ids))
+        flat = np.fromiter((t for i in ids for t in i), dtype=np.int64, count=int(lens.sum()))
+        np.clip(flat, 0, top, out=flat)
+        counts[:] = lens
+        ends = np.cumsum(lens)
+        chunk = 256  # bounded temporary: chunk x tokens x dim floats
+        for a in range(0, len(texts), chunk):
+            b = min(len(texts), a + chunk)
+            lo = int(ends[a - 1]) if a else 0
+            hi = int(ends[b - 1])
+            nz = np.nonzero(lens[a:b])[0]
+            if not len(nz):
+                continue
+            starts = (ends[a:b] - lens[a:b])[nz] - lo
+            # gather each distinct token's row once into a small, cache-resident table
+            uniq, inverse = np.unique(flat[lo:hi], return_inverse=True)
+            local = self._table[uniq]
+            sums[a + nz] = np.add.reduceat(local[inverse], starts, axis=0)
         return sums, counts
 
     def embed(self, texts: Sequence[str]) -> Vectors:
@@ -223,85 +251,97 @@ class ProfileVectors:
 
 # -- a query's scores --------------------------------------------------------------
 
+Slots = npt.NDArray[np.int64]
+ProfileSource = Callable[[Sequence[str]], Mapping[str, CapabilityProfile]]
+
 
 @dataclass(slots=True)
 class _Pass:
-    """Component arrays of one text (the whole intent or one part) over all slots."""
+    """Component arrays of one text (the whole intent or one part) over the candidates."""
 
     components: dict[str, Vectors]
     fused: Vectors
-    example_sims: Vectors  # similarity of every example row to this text
-    tags: dict[int, list[str]]  # slot -> matched tags
+    tags: list[tuple[str, npt.NDArray[np.int32]]]  # matched query tags and their holders
 
 
 @dataclass(slots=True)
 class QueryScores:
-    """The scores of one intent over every indexed agent, with their evidence."""
+    """The scores of one intent over its candidate agents (every indexed agent
+    in exact mode), with what is needed to explain any of them."""
 
     final: Vectors
     ids: list[str | None]
     whole: _Pass
     parts: list[_Pass] = field(default_factory=list)
     part_best: Vectors | None = None
-    examples_of: dict[int, tuple[tuple[Example, ...], int]] = field(default_factory=dict)
+    exhaustive: bool = True
+    slots: Slots = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    vectors: Vectors = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
+    index: CapabilityIndex | None = None
+    domains: tuple[str, ...] | None = None
+    texts: tuple[str, ...] = ()
+    _pos: dict[str, int] | None = None
+
+    def _position(self, canonical_id: str) -> int | None:
+        if self._pos is None:
+            self._pos = {cid: i for i, cid in enumerate(self.ids) if cid is not None}
+        return self._pos.get(canonical_id)
 
     def above(self, floor: float) -> dict[str, float]:
-        """capability_match_score of every agent scoring at least ``floor``."""
+        """capability_match_score of every candidate scoring at least ``floor``."""
         out: dict[str, float] = {}
-        for slot in np.nonzero(self.final >= floor - 1e-7)[0].tolist():
-            cid = self.ids[slot]
-            score = round(min(1.0, max(0.0, float(self.final[slot]))), PRECISION)
+        for i in np.nonzero(self.final >= floor - 1e-7)[0].tolist():
+            cid = self.ids[i]
+            score = round(min(1.0, max(0.0, float(self.final[i]))), PRECISION)
             if cid is not None and score >= floor:
                 out[cid] = score
         return out
 
     def score(self, canonical_id: str) -> float:
         """capability_match_score of one indexed agent whatever the floor (0 if absent)."""
-        try:
-            slot = self.ids.index(canonical_id)
-        except ValueError:
+        i = self._position(canonical_id)
+        if i is not None:
+            return round(min(1.0, max(0.0, float(self.final[i]))), PRECISION)
+        if self.index is None:
             return 0.0
-        return round(min(1.0, max(0.0, float(self.final[slot]))), PRECISION)
+        extra = self.index.query(
+            self.texts[0] if self.texts else "", self.domains, only=[canonical_id]
+        )
+        return extra.score(canonical_id) if extra.ids else 0.0
 
     def evidence(self, canonical_id: str) -> dict[str, Any]:
         """score_components, matched_tags, matched_examples of one scored agent."""
-        try:
-            slot = self.ids.index(canonical_id)
-        except ValueError:
+        i = self._position(canonical_id)
+        if i is None or self.index is None:
             return {"score_components": {}, "matched_tags": [], "matched_examples": []}
         comps = {
-            name: round(float(arr[slot]), PRECISION)
+            name: round(float(arr[i]), PRECISION)
             for name in COMPONENTS
-            if (arr := self.whole.components.get(name)) is not None and not np.isnan(arr[slot])
+            if (arr := self.whole.components.get(name)) is not None and not np.isnan(arr[i])
         }
         if self.part_best is not None:
-            comps["segment"] = round(float(self.part_best[slot]), PRECISION)
+            comps["segment"] = round(float(self.part_best[i]), PRECISION)
+        slot = int(self.slots[i])
         tags: set[str] = set()
-        examples, start = self.examples_of.get(slot, ((), 0))
-        best = np.zeros(len(examples), dtype=np.float32)
         for p in (self.whole, *self.parts):
-            tags.update(p.tags.get(slot, []))
-            if len(examples) and len(p.example_sims):
-                best = np.maximum(best, p.example_sims[start : start + len(examples)])
-        order = sorted(range(len(examples)), key=lambda k: (-float(best[k]), k))
+            for tag, holders in p.tags:
+                if np.any(holders == slot):
+                    tags.add(tag)
+        examples_allowed = self.domains is None or "examples" in self.domains
         return {
             "score_components": comps,
             "matched_tags": sorted(tags),
-            "matched_examples": [
-                {
-                    "id": examples[k].id,
-                    "text": examples[k].text,
-                    "score": round(min(1.0, float(best[k])), PRECISION),
-                }
-                for k in order[:MAX_EVIDENCE_EXAMPLES]
-                if best[k] > EXAMPLE_FLOOR
-            ],
+            "matched_examples": self.index.matched_examples(canonical_id, slot, self.vectors)
+            if examples_allowed
+            else [],
         }
 
 
 class CapabilityMatcher(Protocol):
     def embed_profile(self, profile: CapabilityProfile) -> ProfileVectors: ...
+    def embed_profiles(self, profiles: Sequence[CapabilityProfile]) -> list[ProfileVectors]: ...
     def upsert(self, profile: CapabilityProfile, vectors: ProfileVectors | None = None) -> None: ...
+    def upsert_many(self, items: Sequence[tuple[CapabilityProfile, ProfileVectors]]) -> None: ...
     def remove(self, canonical_id: str) -> None: ...
     def query(
         self, intent: str, domains: tuple[str, ...] | None, *, evidence: bool = False
@@ -310,104 +350,235 @@ class CapabilityMatcher(Protocol):
         self, intent: str, domains: tuple[str, ...] | None, floor: float
     ) -> dict[str, float]: ...
     def equivalence(
-        self, profile: CapabilityProfile, vectors: ProfileVectors | None = None
+        self,
+        profile: CapabilityProfile,
+        vectors: ProfileVectors | None = None,
+        among: Sequence[str] | None = None,
     ) -> dict[str, float]: ...
+    def ids(self) -> list[str]: ...
     def __len__(self) -> int: ...
 
 
 # -- the index ---------------------------------------------------------------------
 
+EXAMPLE_STRIDE = 64  # ANN id of example k of a slot: slot * EXAMPLE_STRIDE + k (k < 64)
+SNAPSHOT_FORMAT = 1
+DOMAIN_CACHE = 4096  # per-agent facet sums kept for capability_domains queries
+# A capability_domains query re-embeds the allowed facets of this many of its
+# best candidates (by the all-facet score); the rest are not scored.
+RESTRICTED_RERANK = 64
+
 
 class CapabilityIndex:
-    """Tag, context, example and lexical indices over every Active agent (thread-safe)."""
+    """Tag, context, example and lexical indices over every Active agent (thread-safe).
 
-    def __init__(self, embedder: Embedder, query_cache: int = 1024) -> None:
+    Up to ``settings.exact_max`` agents a query scores every agent (exact).
+    Above it, candidates come from FAISS (capability and example vectors),
+    the BM25 postings and the tag postings, ``settings.candidates`` per source
+    and query text, and only they are scored - with the same formulas. A
+    ``capability_domains`` query always scores candidates: it re-embeds their
+    allowed facets (from ``profile_source``, e.g. the store) on the fly, since
+    per-facet vectors of a million agents would not fit in memory.
+
+    Without a ``profile_source`` the index keeps every profile in memory (fine
+    for small catalogs and tests); the server passes one backed by its store.
+    """
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        query_cache: int = 1024,
+        *,
+        settings: AnnSettings | None = None,
+        profile_source: ProfileSource | None = None,
+    ) -> None:
         self._emb = embedder
         self._dim = embedder.dim
+        self.settings = settings or AnnSettings()
         self._lock = threading.RLock()
-        nf = len(FACETS)
-        self._sums = np.zeros((0, nf, self._dim), dtype=np.float32)
-        self._counts = np.zeros((0, nf), dtype=np.float32)
-        self._context = np.zeros((0, self._dim), dtype=np.float32)
-        self._capability = np.zeros((0, self._dim), dtype=np.float32)
+        self._ctx = QRows(self._dim)
+        self._cap = QRows(self._dim)
         self._has_examples = np.zeros(0, dtype=bool)
-        self._has_tags = np.zeros(0, dtype=bool)
+        self._n_tags = np.zeros(0, dtype=np.int16)
         self._slot_of: dict[str, int] = {}
         self._id_of: list[str | None] = []
         self._free: list[int] = []
-        self._profiles: dict[int, CapabilityProfile] = {}
         self._examples = ExampleBlocks(min(self._dim, getattr(embedder, "prefix_dims", self._dim)))
-        self._tag_index: dict[str, set[int]] = {}
-        self._lexical = LexicalIndex(nf)
+        self._tags = SlotPostings(0)
+        self._lexical = LexicalIndex(len(FACETS))
         self._cache: OrderedDict[str, Vectors] = OrderedDict()
         self._cache_size = query_cache
+        self._source = profile_source
+        self._profiles: dict[str, CapabilityProfile] | None = {} if profile_source is None else None
+        self._facet_cache: OrderedDict[tuple[str, int], Vectors] = OrderedDict()
+        self._generation: dict[int, int] = {}
+        self._ann_cap: AnnIndex | None = None
+        self._ann_ex: AnnIndex | None = None
+        self.dirty = False  # changed since the last save()/load()
 
     def __len__(self) -> int:
         return len(self._slot_of)
 
-    # -- mutation --------------------------------------------------------------------
+    def ids(self) -> list[str]:
+        with self._lock:
+            return list(self._slot_of)
+
+    @property
+    def approximate(self) -> bool:
+        return self._ann_cap is not None
+
+    def describe(self) -> dict[str, Any]:
+        """What search the index uses now (health endpoint, benchmarks)."""
+        with self._lock:
+            return {
+                "agents": len(self._slot_of),
+                "mode": "approximate" if self._ann_cap is not None else "exact",
+                "index": "IVF-SQ8 (FAISS)" if self._ann_cap is not None else "flat scan",
+                "exact_max": self.settings.exact_max,
+                "nprobe": self.settings.nprobe if self._ann_cap is not None else None,
+                "candidates": self.settings.candidates,
+            }
+
+    # -- embedding -------------------------------------------------------------------
     def embed_profile(self, profile: CapabilityProfile) -> ProfileVectors:
-        sums, counts = self._emb.embed_sums(
-            [content_text(profile.facets.get(f, "")) for f in FACETS]
-        )
-        examples = self._emb.embed([content_text(ex.text) for ex in profile.examples])
-        return ProfileVectors(sums, counts, examples)
+        return self.embed_profiles([profile])[0]
+
+    def embed_profiles(self, profiles: Sequence[CapabilityProfile]) -> list[ProfileVectors]:
+        """Embed many profiles in one embedder call.
+
+        The "examples" facet is the examples joined, and a facet vector is a
+        sum of token vectors over content words (which the tokenizer splits
+        word by word), so its sum is the sum of the examples' own sums: each
+        example text is tokenized once, not twice."""
+        nf = len(FACETS)
+        ex_f = _F["examples"]
+        texts: list[str] = []
+        for p in profiles:
+            texts.extend(
+                content_text(p.facets.get(f, "")) if f != "examples" else "" for f in FACETS
+            )
+        n_facet_texts = len(texts)
+        texts.extend(content_text(ex.text) for p in profiles for ex in p.examples)
+        sums, counts = self._emb.embed_sums(texts)
+        ex_sums, ex_counts = sums[n_facet_texts:], counts[n_facet_texts:]
+        ex_vecs = normalize_rows(ex_sums)
+        out, at = [], 0
+        for i, p in enumerate(profiles):
+            k = len(p.examples)
+            f_sums = sums[i * nf : (i + 1) * nf]
+            f_counts = counts[i * nf : (i + 1) * nf]
+            if k:
+                f_sums[ex_f] = ex_sums[at : at + k].sum(axis=0)
+                f_counts[ex_f] = ex_counts[at : at + k].sum()
+            elif p.facets.get("examples"):
+                one = self._emb.embed_sums([content_text(p.facets["examples"])])
+                f_sums[ex_f], f_counts[ex_f] = one[0][0], one[1][0]
+            out.append(ProfileVectors(f_sums, f_counts, ex_vecs[at : at + k]))
+            at += k
+        return out
+
+    # -- mutation --------------------------------------------------------------------
+    def _slot_for(self, cid: str) -> int:
+        slot = self._slot_of.get(cid)
+        if slot is None:
+            slot = self._free.pop() if self._free else self._grow()
+            self._slot_of[cid] = slot
+            self._id_of[slot] = cid
+        else:
+            self._clear(slot)
+        self._generation[slot] = self._generation.get(slot, 0) + 1
+        return slot
+
+    def _place(self, slot: int, profile: CapabilityProfile, vecs: ProfileVectors) -> None:
+        """Vectors and flags of one slot (not lexical/tags: callers batch those)."""
+        self._ctx.set(slot, normalize_rows(vecs.facet_sums[_F["description"]]))
+        self._cap.set(slot, normalize_rows(vecs.facet_sums.sum(axis=0)))
+        self._has_examples[slot] = len(profile.examples) > 0
+        self._n_tags[slot] = min(len(profile.tags), 32767)
+        self._examples.put(slot, vecs.examples[:EXAMPLE_STRIDE])
+        if self._profiles is not None:
+            self._profiles[profile.canonical_id] = profile
+
+    def _ann_add(self, slots: Sequence[int]) -> None:
+        if self._ann_cap is None or self._ann_ex is None or not slots:
+            return
+        arr = np.asarray(slots, dtype=np.int64)
+        self._ann_cap.add(self._cap.get(arr), arr)
+        ids, vecs = [], []
+        for s in slots:
+            ex = self._examples.vectors_of(s)
+            if len(ex):
+                ids.append(s * EXAMPLE_STRIDE + np.arange(len(ex), dtype=np.int64))
+                vecs.append(ex)
+        if ids:
+            self._ann_ex.add(np.concatenate(vecs), np.concatenate(ids))
+
+    def _tag_postings(self, profile: CapabilityProfile) -> dict[int, bytes]:
+        return {self._tags.intern(t): b"" for t in profile.tags}
 
     def upsert(self, profile: CapabilityProfile, vectors: ProfileVectors | None = None) -> None:
         vecs = vectors if vectors is not None else self.embed_profile(profile)
         with self._lock:
-            slot = self._slot_of.get(profile.canonical_id)
-            if slot is None:
-                slot = self._free.pop() if self._free else self._grow()
-                self._slot_of[profile.canonical_id] = slot
-                self._id_of[slot] = profile.canonical_id
-            else:
-                self._clear(slot)
-            self._profiles[slot] = profile
-            self._sums[slot] = vecs.facet_sums
-            self._counts[slot] = vecs.facet_counts
-            self._context[slot] = normalize_rows(vecs.facet_sums[_F["description"]])
-            self._capability[slot] = normalize_rows(vecs.facet_sums.sum(axis=0))
-            self._has_examples[slot] = len(profile.examples) > 0
-            self._has_tags[slot] = len(profile.tags) > 0
-            for tag in profile.tags:
-                self._tag_index.setdefault(tag, set()).add(slot)
+            slot = self._slot_for(profile.canonical_id)
+            self._place(slot, profile, vecs)
+            self._tags.put(slot, self._tag_postings(profile))
             self._lexical.upsert(slot, [profile.facets.get(f, "") for f in FACETS])
-            self._examples.put(slot, vecs.examples)
+            self._ann_add([slot])
+            self.dirty = True
+            self._maybe_switch_mode()
+
+    def upsert_many(self, items: Sequence[tuple[CapabilityProfile, ProfileVectors]]) -> None:
+        """Many agents at once (bulk import, cold start): postings are merged in one
+        sort, and the approximate index, if needed, is built once at the end."""
+        if not items:
+            return
+        with self._lock:
+            slots = [self._slot_for(p.canonical_id) for p, _ in items]
+            arr = np.asarray(slots, dtype=np.int64)
+            facet_sums = np.stack([v.facet_sums for _, v in items])
+            self._ctx.set(arr, normalize_rows(facet_sums[:, _F["description"]]))
+            self._cap.set(arr, normalize_rows(facet_sums.sum(axis=1)))
+            for slot, (profile, vecs) in zip(slots, items, strict=True):
+                self._has_examples[slot] = len(profile.examples) > 0
+                self._n_tags[slot] = min(len(profile.tags), 32767)
+                self._examples.put(slot, vecs.examples[:EXAMPLE_STRIDE])
+                if self._profiles is not None:
+                    self._profiles[profile.canonical_id] = profile
+            self._tags.add_many(slots, [self._tag_postings(p) for p, _ in items])
+            self._lexical.upsert_many(
+                slots, [[p.facets.get(f, "") for f in FACETS] for p, _ in items]
+            )
+            self._ann_add(slots)
+            self.dirty = True
+            self._maybe_switch_mode()
 
     def _grow(self) -> int:
         slot = len(self._id_of)
-        if slot >= self._sums.shape[0]:
-            cap = max(64, self._sums.shape[0] * 2)
-
-            def grow(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
-                out = np.zeros((cap, *a.shape[1:]), dtype=a.dtype)
-                out[: a.shape[0]] = a
-                return out
-
-            self._sums, self._counts = grow(self._sums), grow(self._counts)
-            self._context, self._capability = grow(self._context), grow(self._capability)
-            self._has_examples, self._has_tags = grow(self._has_examples), grow(self._has_tags)
+        if slot >= len(self._has_examples):
+            cap = max(64, 2 * len(self._has_examples))
+            self._ctx.reserve(cap)
+            self._cap.reserve(cap)
+            has = np.zeros(cap, dtype=bool)
+            has[: len(self._has_examples)] = self._has_examples
+            tags = np.zeros(cap, dtype=np.int16)
+            tags[: len(self._n_tags)] = self._n_tags
+            self._has_examples, self._n_tags = has, tags
         self._id_of.append(None)
         return slot
 
     def _clear(self, slot: int) -> None:
-        profile = self._profiles.pop(slot, None)
-        if profile is not None:
-            for tag in profile.tags:
-                holders = self._tag_index.get(tag)
-                if holders is not None:
-                    holders.discard(slot)
-                    if not holders:
-                        del self._tag_index[tag]
+        if self._ann_cap is not None and self._ann_ex is not None:
+            self._ann_cap.remove(np.array([slot], dtype=np.int64))
+            k = self._examples.count(slot)
+            if k:
+                self._ann_ex.remove(slot * EXAMPLE_STRIDE + np.arange(k, dtype=np.int64))
         self._examples.drop(slot)
         self._lexical.remove(slot)
-        self._sums[slot] = 0.0
-        self._counts[slot] = 0.0
-        self._context[slot] = 0.0
-        self._capability[slot] = 0.0
+        self._tags.remove(slot)
+        self._ctx.clear(slot)
+        self._cap.clear(slot)
         self._has_examples[slot] = False
-        self._has_tags[slot] = False
+        self._n_tags[slot] = 0
 
     def remove(self, canonical_id: str) -> None:
         with self._lock:
@@ -417,6 +588,43 @@ class CapabilityIndex:
             self._clear(slot)
             self._id_of[slot] = None
             self._free.append(slot)
+            if self._profiles is not None:
+                self._profiles.pop(canonical_id, None)
+            self.dirty = True
+
+    # -- exact or approximate --------------------------------------------------------
+    def _maybe_switch_mode(self) -> None:
+        n = len(self._slot_of)
+        if self._ann_cap is None and n > self.settings.exact_max:
+            self.build_ann()
+        elif self._ann_cap is not None and n <= self.settings.exact_max // 2:
+            self._ann_cap = self._ann_ex = None  # back to exhaustive (with hysteresis)
+
+    def build_ann(self) -> None:
+        """(Re)build the approximate indices over every indexed agent."""
+        with self._lock:
+            self._tags.compact()
+            slots = np.array(sorted(self._slot_of.values()), dtype=np.int64)
+            if not len(slots):
+                return
+            self._ann_cap = AnnIndex.build(self._dim, self._cap.get(slots), slots, self.settings)
+            ids, vecs = [], []
+            has = slots[self._has_examples[slots]]
+            for s in has.tolist():
+                ex = self._examples.vectors_of(s)
+                ids.append(s * EXAMPLE_STRIDE + np.arange(len(ex), dtype=np.int64))
+                vecs.append(ex)
+            ex_dim = self._examples.dims
+            self._ann_ex = AnnIndex.build(
+                ex_dim,
+                np.concatenate(vecs) if vecs else np.zeros((1, ex_dim), np.float32),
+                np.concatenate(ids) if ids else np.zeros(0, np.int64),
+                self.settings,
+            )
+            # the exhaustive float copies are not needed any more
+            self._ctx.drop_dense()
+            self._cap.drop_dense()
+            self._examples.rows.drop_dense()
 
     # -- query -----------------------------------------------------------------------
     def query_vectors(self, texts: Sequence[str]) -> Vectors:
@@ -448,64 +656,254 @@ class CapabilityIndex:
         return self.query(intent, domains).above(floor)
 
     def query(
-        self, intent: str, domains: tuple[str, ...] | None, *, evidence: bool = False
+        self,
+        intent: str,
+        domains: tuple[str, ...] | None,
+        *,
+        evidence: bool = False,
+        exhaustive: bool | None = None,
+        only: Sequence[str] | None = None,
     ) -> QueryScores:
+        """Score the intent. ``exhaustive`` forces (True) or forbids (False) scoring
+        every agent (default: by catalog size); ``only`` scores just those ids."""
         texts = [intent, *segments(intent)]
         q = self.query_vectors(texts)
         allowed = set(ALL_DOMAINS if domains is None else domains)
         mask = np.array([f == "description" or f in allowed for f in FACETS], dtype=np.float32)
+        restricted = domains is not None and not all(
+            DOMAIN_FACETS[d] is None or d in allowed for d in ALL_DOMAINS
+        )
+        use_examples = "examples" in allowed
         with self._lock:
             n = len(self._id_of)
-            if domains is None:
-                capability = self._capability[:n]
-            else:
-                capability = normalize_rows(np.einsum("nfd,f->nd", self._sums[:n], mask))
-            ctx_all = self._context[:n] @ q.T  # (n, P)
-            cap_all = capability @ q.T
-            use_examples = "examples" in allowed and self._examples.total > 0
-            if use_examples:
-                ex_all, ex_sims = self._examples.best(q, n)
-            else:
-                ex_all = np.zeros((n, len(texts)), dtype=np.float32)
-                ex_sims = np.zeros((0, len(texts)), dtype=np.float32)
-            has_ex = self._has_examples[:n] & use_examples
-            has_tags = self._has_tags[:n].copy()
-            passes = []
-            for i, text in enumerate(texts):
-                lexical = self._lexical.scores(text, mask, n)[0]
-                tag, tags = self._tag_scores(text, n) if "tags" in allowed else (None, {})
-                passes.append(
-                    self._fuse(
-                        ctx_all[:, i],
-                        cap_all[:, i],
-                        lexical,
-                        ex_all[:, i],
-                        has_ex,
-                        tag,
-                        has_tags,
-                        ex_sims[:, i],
-                        tags,
-                        not np.any(q[i]),
-                    )
+            lex = [self._lexical.accumulate(t, mask, n) for t in texts]
+            tag_passes = [
+                self._tag_scores(t, n) if "tags" in allowed else (None, []) for t in texts
+            ]
+            if only is not None:
+                cand = np.array(
+                    sorted(s for c in only if (s := self._slot_of.get(c)) is not None),
+                    dtype=np.int64,
                 )
-            ids = list(self._id_of[:n])
-            examples_of = (
-                {s: (p.examples, self._examples.block(s)[0]) for s, p in self._profiles.items()}
-                if evidence
-                else {}
+                full = False
+            else:
+                full = (
+                    exhaustive
+                    if exhaustive is not None
+                    else (self._ann_cap is None and not restricted)
+                )
+                cand = (
+                    np.arange(n, dtype=np.int64)
+                    if full
+                    else self._candidates(q, lex, tag_passes, use_examples, n, restricted)
+                )
+            if full:
+                ctx_all = self._ctx.dense(n) @ q.T
+                cap_all = (
+                    self._restricted_capability(cand, allowed) @ q.T
+                    if restricted
+                    else self._cap.dense(n) @ q.T
+                )
+                ex_all = (
+                    self._examples.best(q, n)[0]
+                    if use_examples and self._examples.total
+                    else np.zeros((n, len(texts)), np.float32)
+                )
+            else:
+                if restricted and len(cand) > RESTRICTED_RERANK:
+                    cand = self._narrow(cand, q, lex, tag_passes, use_examples)
+                ctx_all = self._ctx.get(cand) @ q.T
+                cap_rows = (
+                    self._restricted_capability(cand, allowed)
+                    if restricted
+                    else self._cap.get(cand)
+                )
+                cap_all = cap_rows @ q.T
+                ex_all = (
+                    self._examples.best_of(q, cand)
+                    if use_examples and self._examples.total
+                    else np.zeros((len(cand), len(texts)), np.float32)
+                )
+            has_ex = self._has_examples[cand] & use_examples
+            has_tags = self._n_tags[cand] > 0
+            ids = [self._id_of[s] for s in cand.tolist()]
+        passes = []
+        for i in range(len(texts)):
+            tag_dense, tag_list = tag_passes[i]
+            passes.append(
+                self._fuse(
+                    ctx_all[:, i],
+                    cap_all[:, i],
+                    lex[i][0][cand],
+                    ex_all[:, i],
+                    has_ex,
+                    tag_dense[cand] if tag_dense is not None else None,
+                    has_tags,
+                    tag_list,
+                    not np.any(q[i]),
+                )
             )
         whole = passes[0]
+        common: dict[str, Any] = {
+            "exhaustive": full,
+            "slots": cand,
+            "vectors": q,
+            "index": self,
+            "domains": domains,
+            "texts": tuple(texts),
+        }
         if len(passes) > 1:
             part_best = np.max(np.stack([p.fused for p in passes[1:]]), axis=0)
             final = (1.0 - SEGMENT_MIX) * whole.fused + SEGMENT_MIX * part_best
-            return QueryScores(final, ids, whole, passes[1:], part_best, examples_of)
-        return QueryScores(whole.fused, ids, whole, examples_of=examples_of)
+            return QueryScores(final, ids, whole, passes[1:], part_best, **common)
+        return QueryScores(whole.fused, ids, whole, **common)
+
+    def _candidates(
+        self,
+        q: Vectors,
+        lex: list[tuple[Vectors, npt.NDArray[np.int32]]],
+        tag_passes: list[tuple[Vectors | None, list[tuple[str, npt.NDArray[np.int32]]]]],
+        use_examples: bool,
+        n: int,
+        restricted: bool,
+    ) -> Slots:
+        """The union of each source's best ``candidates`` per query text."""
+        k = self.settings.candidates
+        live = len(self._slot_of)
+        parts: list[npt.NDArray[np.integer]] = []
+        if live <= k:
+            return np.array(sorted(self._slot_of.values()), dtype=np.int64)
+        nonzero = np.array([bool(np.any(v)) for v in q])
+        qv = q[nonzero]
+        if len(qv):
+            if self._ann_cap is not None:
+                parts.append(self._ann_cap.search(qv, k))
+                if use_examples and self._ann_ex is not None:
+                    hits = self._ann_ex.search(self._examples.project(qv), k)
+                    parts.append(hits // EXAMPLE_STRIDE)
+            else:  # exact mode, capability_domains query: exact top-k by flat scan
+                sims = self._cap.dense(n) @ qv.T
+                if use_examples and self._examples.total:
+                    sims = np.maximum(sims, self._examples.best(qv, n)[0])
+                for col in sims.T:
+                    parts.append(np.argpartition(-col, min(k, n - 1))[:k])
+        for dense, touched in lex:
+            parts.append(_top_touched(dense, touched, k))
+        for tag_dense, tag_list in tag_passes:
+            if tag_dense is not None and tag_list:
+                touched = np.concatenate([h for _, h in tag_list])
+                parts.append(_top_touched(tag_dense, touched, k))
+        if not parts:
+            return np.zeros(0, dtype=np.int64)
+        cand: Slots = np.unique(np.concatenate(parts).astype(np.int64))
+        cand = cand[(cand >= 0) & (cand < n)]
+        alive = np.fromiter(
+            (self._id_of[s] is not None for s in cand.tolist()), dtype=bool, count=len(cand)
+        )
+        out: Slots = cand[alive]
+        return out
+
+    def _narrow(
+        self,
+        cand: Slots,
+        q: Vectors,
+        lex: list[tuple[Vectors, npt.NDArray[np.int32]]],
+        tag_passes: list[tuple[Vectors | None, list[tuple[str, npt.NDArray[np.int32]]]]],
+        use_examples: bool,
+    ) -> Slots:
+        """The RESTRICTED_RERANK candidates that score best with every facet
+        (the whole intent only): a capability_domains query re-embeds just these."""
+        q0 = q[:1]
+        tag_dense, tag_list = tag_passes[0]
+        ex = (
+            self._examples.best_of(q0, cand)[:, 0]
+            if use_examples and self._examples.total
+            else np.zeros(len(cand), np.float32)
+        )
+        prelim = self._fuse(
+            (self._ctx.get(cand) @ q0.T)[:, 0],
+            (self._cap.get(cand) @ q0.T)[:, 0],
+            lex[0][0][cand],
+            ex,
+            self._has_examples[cand] & use_examples,
+            tag_dense[cand] if tag_dense is not None else None,
+            self._n_tags[cand] > 0,
+            tag_list,
+            not np.any(q0),
+        ).fused
+        keep = np.argpartition(-prelim, RESTRICTED_RERANK - 1)[:RESTRICTED_RERANK]
+        out: Slots = np.sort(cand[keep])
+        return out
+
+    def _restricted_capability(self, slots: Slots, allowed: set[str]) -> Vectors:
+        """Unit capability vectors of the slots over the description and the allowed
+        facets only, re-embedded from the agents' profiles (cached per agent)."""
+        nf = len(FACETS)
+        keep = np.array([f == "description" or f in allowed for f in FACETS], dtype=np.float32)
+        sums = np.zeros((len(slots), nf, self._dim), dtype=np.float32)
+        need: list[tuple[int, str]] = []
+        for i, s in enumerate(slots.tolist()):
+            cid = self._id_of[s]
+            if cid is None:
+                continue
+            hit = self._facet_cache.get((cid, self._generation.get(s, 0)))
+            if hit is None:
+                need.append((i, cid))
+            else:
+                sums[i] = hit
+        if need:
+            profiles = self._profiles_of([cid for _, cid in need])
+            got = [(i, cid, profiles[cid]) for i, cid in need if cid in profiles]
+            if got:
+                vecs = self.embed_profiles([p for _, _, p in got])
+                for (i, cid, _), v in zip(got, vecs, strict=True):
+                    sums[i] = v.facet_sums
+                    key = (cid, self._generation.get(self._slot_of.get(cid, -1), 0))
+                    self._facet_cache[key] = v.facet_sums
+                while len(self._facet_cache) > DOMAIN_CACHE:
+                    self._facet_cache.popitem(last=False)
+        return normalize_rows(np.einsum("nfd,f->nd", sums, keep))
+
+    def _profiles_of(self, ids: Sequence[str]) -> Mapping[str, CapabilityProfile]:
+        if self._profiles is not None:
+            return {c: p for c in ids if (p := self._profiles.get(c)) is not None}
+        assert self._source is not None
+        return self._source(ids)
+
+    def matched_examples(self, canonical_id: str, slot: int, q: Vectors) -> list[dict[str, Any]]:
+        """The agent's best-matching published examples for the query vectors."""
+        with self._lock:
+            if self._slot_of.get(canonical_id) != slot:
+                return []
+            vecs = self._examples.vectors_of(slot)
+        if not len(vecs):
+            return []
+        profile = self._profiles_of([canonical_id]).get(canonical_id)
+        if profile is None:
+            return []
+        best = (vecs @ self._examples.project(q).T).max(axis=1)
+        examples = profile.examples[: len(vecs)]
+        order = sorted(range(len(examples)), key=lambda k: (-float(best[k]), k))
+        return [
+            {
+                "id": examples[k].id,
+                "text": examples[k].text,
+                "score": round(min(1.0, float(best[k])), PRECISION),
+            }
+            for k in order[:MAX_EVIDENCE_EXAMPLES]
+            if best[k] > EXAMPLE_FLOOR
+        ]
 
     def equivalence(
-        self, profile: CapabilityProfile, vectors: ProfileVectors | None = None
+        self,
+        profile: CapabilityProfile,
+        vectors: ProfileVectors | None = None,
+        among: Sequence[str] | None = None,
     ) -> dict[str, float]:
-        """How closely every indexed agent's capabilities match ``profile``
-        (which need not be indexed itself), in [0, 1], six decimals.
+        """How closely indexed agents' capabilities match ``profile`` (which need
+        not be indexed itself), in [0, 1], six decimals: every agent, or those
+        in ``among``; in approximate mode without ``among``, the nearest
+        candidates by capability vector.
 
         A weighted mean (:data:`EQUIVALENCE_WEIGHTS`) of the cosine of the
         description vectors, the cosine of the whole capability-document
@@ -520,30 +918,39 @@ class CapabilityIndex:
         capability = normalize_rows(vecs.facet_sums.sum(axis=0))
         mine = set(profile.tags)
         with self._lock:
-            n = len(self._id_of)
-            total = w["description"] * np.clip(self._context[:n] @ context, 0.0, 1.0)
-            total += w["capability"] * np.clip(self._capability[:n] @ capability, 0.0, 1.0)
+            if among is not None:
+                slots = np.array(
+                    sorted(s for c in among if (s := self._slot_of.get(c)) is not None),
+                    dtype=np.int64,
+                )
+            elif self._ann_cap is not None:
+                slots = np.unique(
+                    self._ann_cap.search(capability[None, :], 4 * self.settings.candidates)
+                )
+            else:
+                slots = np.array(sorted(self._slot_of.values()), dtype=np.int64)
+            n = len(slots)
+            total = w["description"] * np.clip(self._ctx.get(slots) @ context, 0.0, 1.0)
+            total += w["capability"] * np.clip(self._cap.get(slots) @ capability, 0.0, 1.0)
             weight_sum = np.full(n, w["description"] + w["capability"], dtype=np.float32)
             if mine:
                 shared = np.zeros(n, dtype=np.float32)
                 for tag in mine:
-                    for slot in self._tag_index.get(tag, ()):
-                        shared[slot] += 1.0
-                sizes = np.array(
-                    [len(p.tags) if (p := self._profiles.get(s)) else 0 for s in range(n)],
-                    dtype=np.float32,
-                )
-                has_tags = self._has_tags[:n]
+                    kid = self._tags.key_id.get(tag)
+                    if kid is not None:
+                        shared += np.isin(slots, self._tags.postings(kid)[0])
+                sizes = self._n_tags[slots].astype(np.float32)
+                has_tags = sizes > 0
                 union = np.where(has_tags, len(mine) + sizes - shared, 1.0)
                 total += w["tag"] * np.where(has_tags, shared / union, 0.0)
                 weight_sum += w["tag"] * has_tags
             if len(vecs.examples) and self._examples.total > 0:
-                best, _ = self._examples.best(vecs.examples, n)  # (n, examples of profile)
+                best = self._examples.best_of(vecs.examples, slots)  # (n, examples of profile)
                 example = np.where(best > EXAMPLE_FLOOR, np.minimum(best, 1.0), 0.0).mean(axis=1)
-                has_examples = self._has_examples[:n]
+                has_examples = self._has_examples[slots]
                 total += w["example"] * np.where(has_examples, example, 0.0)
                 weight_sum += w["example"] * has_examples
-            ids = list(self._id_of[:n])
+            ids = [self._id_of[s] for s in slots.tolist()]
         score = np.clip(total / weight_sum, 0.0, 1.0)
         return {
             cid: round(float(s), PRECISION)
@@ -560,13 +967,12 @@ class CapabilityIndex:
         has_ex: npt.NDArray[np.bool_],
         tag: Vectors | None,
         has_tags: npt.NDArray[np.bool_],
-        ex_sims: Vectors,
-        tags: dict[int, list[str]],
+        tags: list[tuple[str, npt.NDArray[np.int32]]],
         empty: bool,
     ) -> _Pass:
         n = len(ctx)
         if empty:
-            return _Pass({}, np.zeros(n, dtype=np.float32), ex_sims, {})
+            return _Pass({}, np.zeros(n, dtype=np.float32), [])
         comps: dict[str, Vectors] = {
             "context": np.clip(ctx, 0.0, 1.0),
             "capability": np.clip(cap, 0.0, 1.0),
@@ -590,23 +996,167 @@ class CapabilityIndex:
             total += WEIGHTS["tag"] * np.where(has_tags, tag, 0.0)
             weight_sum += WEIGHTS["tag"] * has_tags
         fused = np.clip(total / weight_sum, 0.0, 1.0).astype(np.float32)
-        return _Pass(comps, fused, ex_sims, tags)
+        return _Pass(comps, fused, tags)
 
-    def _tag_scores(self, text: str, n: int) -> tuple[Vectors | None, dict[int, list[str]]]:
-        """IDF-weighted share of the intent's known tags that each agent carries."""
-        if not self._tag_index:
-            return None, {}
-        query_tags = sorted(t for t in candidate_tags(text) if t in self._tag_index)
-        if not query_tags:
-            return None, {}
+    def _tag_scores(
+        self, text: str, n: int
+    ) -> tuple[Vectors | None, list[tuple[str, npt.NDArray[np.int32]]]]:
+        """IDF-weighted share of the intent's known tags that each agent carries
+        (dense over slots), and the matched tags with their holders."""
+        held = []
+        for t in sorted(candidate_tags(text)):
+            kid = self._tags.key_id.get(t)
+            if kid is not None:
+                holders = self._tags.postings(kid)[0]
+                if len(holders):
+                    held.append((t, holders))
+        if not held:
+            return None, []
         n_agents = max(len(self._slot_of), 1)
-        idf = {t: float(np.log(1.0 + n_agents / len(self._tag_index[t]))) for t in query_tags}
+        idf = {t: float(np.log(1.0 + n_agents / len(h))) for t, h in held}
         denom = sum(idf.values())
         out = np.zeros(n, dtype=np.float32)
-        matched: dict[int, list[str]] = {}
-        for t in query_tags:
-            for slot in self._tag_index[t]:
-                if slot < n:
-                    out[slot] += idf[t] / denom
-                    matched.setdefault(slot, []).append(t)
-        return np.minimum(out, 1.0), matched
+        for t, holders in held:
+            out[holders[holders < n]] += idf[t] / denom
+        return np.minimum(out, 1.0), held
+
+    # -- snapshot --------------------------------------------------------------------
+    def save(self, directory: Path, meta: Mapping[str, Any]) -> None:
+        """Write the whole index to ``directory`` atomically (a sibling temporary
+        directory renamed into place), with the caller's ``meta``."""
+        with self._lock:
+            self._tags.compact()
+            self._lexical.postings.compact()
+            n = len(self._id_of)
+            arrays: dict[str, npt.NDArray[np.generic]] = {
+                **self._ctx.state("ctx", n),
+                **self._cap.state("cap", n),
+                "has_examples": self._has_examples[:n],
+                "n_tags": self._n_tags[:n],
+                **{f"tag_{k}": v for k, v in self._tags.state().items()},
+                **{f"lex_{k}": v for k, v in self._lexical.state().items()},
+                **self._examples.state(),
+            }
+            doc = {
+                "format": SNAPSHOT_FORMAT,
+                "dim": self._dim,
+                "example_dims": self._examples.dims,
+                "embedder": embedder_fingerprint(self._emb),
+                "ids": self._id_of,
+                "tag_keys": self._tags.keys,
+                "lex_keys": self._lexical.postings.keys,
+                "approximate": self._ann_cap is not None,
+                "meta": dict(meta),
+            }
+            directory = Path(directory)
+            tmp = directory.with_name(f"{directory.name}.tmp-{uuid.uuid4().hex[:8]}")
+            tmp.mkdir(parents=True)
+            try:
+                with open(tmp / "arrays.npz", "wb") as fh:
+                    np.savez(fh, **arrays)  # type: ignore[arg-type]
+                if self._ann_cap is not None and self._ann_ex is not None:
+                    self._ann_cap.save(tmp / "capability.faiss")
+                    self._ann_ex.save(tmp / "examples.faiss")
+                (tmp / "index.json").write_bytes(orjson.dumps(doc))
+                for f in tmp.iterdir():
+                    with open(f, "rb") as fh:
+                        os.fsync(fh.fileno())
+                old = directory.with_name(f"{directory.name}.old-{uuid.uuid4().hex[:8]}")
+                if directory.exists():
+                    directory.rename(old)
+                tmp.rename(directory)
+                if old.exists():
+                    shutil.rmtree(old, ignore_errors=True)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            self.dirty = False
+
+    @classmethod
+    def load(
+        cls,
+        directory: Path,
+        embedder: Embedder,
+        *,
+        settings: AnnSettings | None = None,
+        profile_source: ProfileSource | None = None,
+        query_cache: int = 1024,
+    ) -> tuple[CapabilityIndex, dict[str, Any]] | None:
+        """The index saved in ``directory`` and its meta, or None when there is no
+        usable snapshot (absent, another format or embedder, inconsistent). A
+        snapshot without profiles needs a ``profile_source``."""
+        directory = Path(directory)
+        try:
+            doc = orjson.loads((directory / "index.json").read_bytes())
+            if (
+                doc.get("format") != SNAPSHOT_FORMAT
+                or doc.get("dim") != embedder.dim
+                or doc.get("embedder") != embedder_fingerprint(embedder)
+            ):
+                return None
+            with np.load(directory / "arrays.npz", allow_pickle=False) as npz:
+                arrays = {k: npz[k] for k in npz.files}
+            idx = cls(
+                embedder,
+                query_cache,
+                settings=settings,
+                profile_source=profile_source or _no_profiles,
+            )
+            ids: list[str | None] = doc["ids"]
+            n = len(ids)
+            idx._ctx = QRows.restore(idx._dim, "ctx", arrays)
+            idx._cap = QRows.restore(idx._dim, "cap", arrays)
+            idx._has_examples = np.asarray(arrays["has_examples"], dtype=bool).copy()
+            idx._n_tags = np.asarray(arrays["n_tags"], dtype=np.int16).copy()
+            idx._tags = SlotPostings.restore(
+                0, doc["tag_keys"], {k[4:]: v for k, v in arrays.items() if k.startswith("tag_")}
+            )
+            idx._lexical = LexicalIndex.restore(
+                len(FACETS),
+                doc["lex_keys"],
+                {k[4:]: v for k, v in arrays.items() if k.startswith("lex_")},
+            )
+            idx._examples = ExampleBlocks.restore(doc["example_dims"], arrays)
+            if not (len(idx._ctx) == len(idx._cap) == len(idx._has_examples) == n):
+                return None
+            idx._id_of = ids
+            idx._slot_of = {c: s for s, c in enumerate(ids) if c is not None}
+            idx._free = [s for s, c in enumerate(ids) if c is None]
+            if doc.get("approximate"):
+                nprobe = idx.settings.nprobe
+                idx._ann_cap = AnnIndex.load(directory / "capability.faiss", nprobe)
+                idx._ann_ex = AnnIndex.load(directory / "examples.faiss", nprobe)
+            elif len(idx._slot_of) > idx.settings.exact_max:
+                idx.build_ann()
+            idx.dirty = False
+            meta: dict[str, Any] = doc.get("meta") or {}
+            return idx, meta
+        except (OSError, ValueError, KeyError, TypeError, orjson.JSONDecodeError, RuntimeError):
+            return None
+
+
+def _no_profiles(ids: Sequence[str]) -> Mapping[str, CapabilityProfile]:
+    return {}
+
+
+def _top_touched(dense: Vectors, touched: npt.NDArray[np.integer], k: int) -> Slots:
+    """The (at most) k touched slots with the highest dense score (``touched``
+    may repeat a slot; only the best 2k entries are de-duplicated)."""
+    if not len(touched):
+        return np.zeros(0, dtype=np.int64)
+    if len(touched) > 2 * k:
+        touched = touched[np.argpartition(-dense[touched], 2 * k - 1)[: 2 * k]]
+    uniq: Slots = np.unique(touched).astype(np.int64)
+    if len(uniq) <= k:
+        return uniq
+    top = np.argpartition(-dense[uniq], k - 1)[:k]
+    out: Slots = uniq[top]
+    return out
+
+
+def embedder_fingerprint(embedder: Embedder) -> str:
+    """Identifies the embedding model, so a snapshot is never read with another one."""
+    fp = getattr(embedder, "fingerprint", None)
+    if isinstance(fp, str):
+        return fp
+    return f"{type(embedder).__module__}.{type(embedder).__qualname__}/{embedder.dim}"

@@ -5,6 +5,11 @@ TLS with ALPN ``h2`` when a certificate is configured).
 The listening socket is bound here (``--listen 127.0.0.1:0`` picks a free
 port) and handed to hypercorn as ``fd://``; the bound address is printed on
 stdout as ``ANS listening on http://HOST:PORT`` once the server is ready.
+
+Cold start: the data directory is locked (``ans import`` takes the same
+lock), the capability index is loaded from its snapshot in ``DATA/index/``
+when usable (else rebuilt, then snapshotted), and a new snapshot is written
+on clean shutdown when anything changed.
 """
 
 from __future__ import annotations
@@ -15,9 +20,11 @@ import signal
 import socket
 import ssl
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import structlog
 from hypercorn.asyncio import serve
@@ -29,19 +36,29 @@ from ans.governance.audit import AuditLog
 from ans.governance.keys import SigningKey, TrustedKeys
 from ans.governance.policy import ZonePolicy
 
+from .ann import AnnSettings
 from .app import AnsApp
 from .config import Config
 from .gate import RequestGate
-from .matcher import CapabilityIndex, Embedder, WordLlamaEmbedder
+from .matcher import (
+    CapabilityIndex,
+    CapabilityProfile,
+    Embedder,
+    ProfileSource,
+    WordLlamaEmbedder,
+    profile_from,
+)
 from .mtls import serve_with_client_certs
 from .outbox import Outbox
 from .refresher import FreshnessRunner
 from .service import AnsService, Clock, utc_now
-from .store import SQLiteStore
+from .store import DataDirLock, RegistryStore, SQLiteStore
 
 SIGNING_KEY_FILE = "ans-signing-key.pem"
 DEMO_GOVERNANCE_KEY_FILE = "demo-governance-key.pem"
 OUTBOX_FILE = "outbox.sqlite3"
+REGISTRY_FILE = "registry.sqlite3"
+INDEX_DIR = "index"
 log = structlog.get_logger("ans.server")
 
 
@@ -76,6 +93,56 @@ class Built:
     demo_key: SigningKey | None
     gate: RequestGate | None = None
     freshness: FreshnessRunner | None = None
+    lock: DataDirLock | None = None
+
+
+def profile_source(store: RegistryStore) -> ProfileSource:
+    """Capability profiles read from the store on demand: the index keeps no
+    text in memory (evidence examples, capability_domains re-embedding)."""
+
+    def profiles(ids: Sequence[str]) -> Mapping[str, CapabilityProfile]:
+        return {
+            cid: profile_from(a.manifest, a.capabilities) for cid, a in store.get_many(ids).items()
+        }
+
+    return profiles
+
+
+def load_index(
+    directory: Path, embedder: Embedder, store: RegistryStore, settings: AnnSettings
+) -> tuple[CapabilityIndex, dict[str, Any] | None]:
+    """The capability index from its snapshot, with the snapshot's meta, or an
+    empty index and None (no snapshot, corrupt, incompatible, or newer than
+    the store). Never raises for a bad snapshot."""
+    source = profile_source(store)
+
+    def empty() -> CapabilityIndex:
+        return CapabilityIndex(embedder, settings=settings, profile_source=source)
+
+    if not directory.is_dir():
+        return empty(), None
+    t0 = time.perf_counter()
+    try:
+        loaded = CapabilityIndex.load(directory, embedder, settings=settings, profile_source=source)
+    except Exception as exc:  # a bad snapshot costs a rebuild, never the start-up
+        log.warning("index snapshot unreadable; rebuilding", error=str(exc)[:200])
+        loaded = None
+    if loaded is not None:
+        index, meta = loaded
+        seq = meta.get("change_seq") if isinstance(meta, dict) else None
+        if isinstance(seq, int) and 0 <= seq <= store.max_seq():
+            log.info(
+                "index snapshot loaded",
+                change_seq=seq,
+                count=meta.get("count"),
+                mode=index.describe()["mode"],
+                seconds=round(time.perf_counter() - t0, 3),
+            )
+            return index, meta
+        log.warning("index snapshot does not match the registry; rebuilding", change_seq=seq)
+    else:
+        log.warning("index snapshot absent or incompatible; rebuilding")
+    return empty(), None
 
 
 def build_freshness(service: AnsService, config: Config) -> FreshnessRunner | None:
@@ -121,9 +188,12 @@ def build_gate(
 def build_service(
     config: Config, *, embedder: Embedder | None = None, clock: Clock = utc_now
 ) -> Built:
-    """Open the store, keys, audit log and index; rebuild the registry."""
+    """Lock the data directory, open the store, keys, audit log and index;
+    load the registry (from the index snapshot when usable)."""
     data = config.data_dir
     data.mkdir(parents=True, exist_ok=True)
+    lock = DataDirLock.acquire(data, "ans serve")
+    t0 = time.perf_counter()
     signing_key = SigningKey.load_or_create(data / SIGNING_KEY_FILE)
     trusted = load_keys(config.governance_jwks)
     demo_key = None
@@ -149,17 +219,23 @@ def build_service(
             min_capability_match=config.min_capability_match,
             clock=clock,
         )
+    store = SQLiteStore(data / REGISTRY_FILE)
+    matcher, snapshot = load_index(
+        data / INDEX_DIR, embedder or WordLlamaEmbedder(), store, config.index
+    )
     service = AnsService(
         config=config,
-        store=SQLiteStore(data / "registry.sqlite3"),
-        matcher=CapabilityIndex(embedder or WordLlamaEmbedder()),
+        store=store,
+        matcher=matcher,
         signing_key=signing_key,
         governance_keys=trusted,
         audit=audit,
         clock=clock,
         federator=federator,
     )
-    n = service.load()
+    n = service.load(snapshot)
+    if snapshot is None:
+        service.save_snapshot(data / INDEX_DIR)
     if len(trusted) == 0:
         log.warning(
             "no trusted governance keys: every ACTIVATE will be refused; "
@@ -168,6 +244,8 @@ def build_service(
     log.info(
         "registry loaded",
         agents=n,
+        index_loaded_from=service.index_loaded_from,
+        seconds=round(time.perf_counter() - t0, 3),
         data_dir=str(data),
         signing_kid=signing_key.kid,
         trusted_governance_keys=trusted.kids(),
@@ -187,7 +265,39 @@ def build_service(
             failures_before_removal=s.failures_before_removal,
             webhook=s.webhook_url is not None,
         )
-    return Built(service, demo_key, build_gate(config, service, trusted, clock), freshness)
+    return Built(service, demo_key, build_gate(config, service, trusted, clock), freshness, lock)
+
+
+def build_offline_service(
+    config: Config, *, embedder: Embedder | None = None, clock: Clock = utc_now
+) -> tuple[AnsService, TrustedKeys]:
+    """The service without network parts (no federation, gate or refresh), for
+    ``ans import``; the caller holds the data-directory lock. The registry and
+    index are loaded as at server start-up."""
+    data = config.data_dir
+    data.mkdir(parents=True, exist_ok=True)
+    signing_key = SigningKey.load_or_create(data / SIGNING_KEY_FILE)
+    trusted = load_keys(config.governance_jwks)
+    if config.demo:
+        trusted.add(SigningKey.load_or_create(data / DEMO_GOVERNANCE_KEY_FILE).public)
+    import faiss
+
+    faiss.omp_set_num_threads(1)
+    store = SQLiteStore(data / REGISTRY_FILE)
+    matcher, snapshot = load_index(
+        data / INDEX_DIR, embedder or WordLlamaEmbedder(), store, config.index
+    )
+    service = AnsService(
+        config=config,
+        store=store,
+        matcher=matcher,
+        signing_key=signing_key,
+        governance_keys=trusted,
+        audit=AuditLog(data / "audit.jsonl", clock, fsync=config.audit_fsync),
+        clock=clock,
+    )
+    service.load(snapshot)
+    return service, trusted
 
 
 def bind_socket(config: Config) -> socket.socket:
@@ -233,6 +343,7 @@ def serve_forever(
     on_ready: Callable[[str], None] | None = None,
     freshness: FreshnessRunner | None = None,
     gate: RequestGate | None = None,
+    lock: DataDirLock | None = None,
 ) -> None:
     sock = bind_socket(config)
     host, port = sock.getsockname()[:2]
@@ -261,5 +372,11 @@ def serve_forever(
     finally:
         if freshness is not None:
             freshness.close()
+        try:
+            service.save_snapshot(config.data_dir / INDEX_DIR)
+        except Exception as exc:  # the next start applies the delta instead
+            log.warning("index snapshot not written at shutdown", error=str(exc)[:200])
         service.audit.close()
         service.store.close()
+        if lock is not None:
+            lock.release()

@@ -4,6 +4,12 @@
 start-up), the capability matcher, the signing key, the trusted governance
 keys, the audit log and the clock — all passed in, nothing global. It does
 no network I/O; the ASGI app in :mod:`ans.app` calls it.
+
+The registry is compact (:mod:`ans.registry`): gate columns only. Result
+fields are read from the store for the results actually returned (a small
+LRU keeps the hot ones). Start-up (:meth:`AnsService.load`) uses a persisted
+capability-index snapshot when one is usable and applies the store's changes
+since it (``change_seq``); otherwise it rebuilds the index in batches.
 """
 
 from __future__ import annotations
@@ -11,16 +17,21 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import threading
+import time
 import uuid
-from collections import Counter
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from itertools import islice
+from pathlib import Path
+from typing import Any, cast
 
+import numpy as np
 import structlog
 
-from ans.federation.federator import Federator, Gathered, Ranked, merge, result_path
+from ans.federation.federator import Federator, Gathered, merge, result_path
+from ans.federation.federator import Ranked as FedRanked
 from ans.governance.audit import AuditLog, rfc3339
 from ans.governance.keys import SigningKey
 from ans.governance.lifecycle import (
@@ -68,13 +79,19 @@ from ans.protocol.messages import (
 
 from .config import Config
 from .freshness import merge_pinned
-from .matcher import CapabilityMatcher, profile_from
-from .ranking import rank_score, sort_key
+from .matcher import CapabilityMatcher, CapabilityProfile, ProfileVectors, profile_from
+from .ranking import rank_score
+from .registry import AgentEntry, Registry, result_fields
 from .routing import NOT_INDEXED, PreferredState, Routing, choose_alternative, routing_reason
 from .store import EventRecord, RegistryStore, StoredAgent, Tombstone
 
 Clock = Callable[[], datetime]
 log = structlog.get_logger("ans")
+# Result fields of recently returned agents (manifest -> item fields), so a
+# hot DISCOVER does not read the store; invalidated on every re-index.
+FIELDS_CACHE = 4096
+# Agents embedded and indexed per batch at start-up and by ans import.
+INDEX_BATCH = 1024
 
 
 def utc_now() -> datetime:
@@ -83,54 +100,42 @@ def utc_now() -> datetime:
 
 @dataclass(frozen=True, slots=True)
 class _LocalAnswer:
+    # At least the best `limit` gate-passing local agents, in order (all of
+    # them on the routing path); `total` counts every one.
     ranked: list[tuple[float, float, AgentEntry]]
     matched: Any  # QueryScores, or None without an intent
+    total: int
     # preferred_agent given: the decision, and whether ranked[0] is the routing position.
     routing: Routing | None = None
     pinned: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class AgentEntry:
-    """One indexed agent: gate attributes plus its precomputed result fields."""
+def _batches(items: Iterable[Any], size: int) -> Iterable[list[Any]]:
+    it = iter(items)
+    while chunk := list(islice(it, size)):
+        yield chunk
 
-    canonical_id: str
-    lifecycle_state: str
-    trust_tier: int
-    behavioral_trust_score: float
-    governance_zone: str
-    org_domain: str
-    fields: dict[str, Any]
-    required_scope: str
 
-    @classmethod
-    def from_stored(cls, agent: StoredAgent) -> AgentEntry:
-        m, caps = agent.manifest, agent.capabilities
-        fields = {
-            "manifest_uri": m["manifest_uri"],
-            "canonical_id": m["canonical_id"],
-            "agent_label": m["agent_label"],
-            "org_domain": m["org_domain"],
-            "trust_tier": m["trust_tier"],
-            # Always the score from the verified manifest, never a self-asserted one.
-            "behavioral_trust_score": float(m["behavioral_trust_score"]),
-            "supported_methods": list(m["supported_methods"]),
-            "governance_zone": m["governance_zone"],
-            "job_description": m["job_description"],
-        }
-        if m["trust_tier"] == 2 and "trust_warning" in m:
-            fields["trust_warning"] = m["trust_warning"]
-        required = caps.get("required_scope") or " ".join(m["authority_scope_categories"])
-        return cls(
-            canonical_id=m["canonical_id"],
-            lifecycle_state=agent.lifecycle_state,
-            trust_tier=int(m["trust_tier"]),
-            behavioral_trust_score=float(m["behavioral_trust_score"]),
-            governance_zone=m["governance_zone"],
-            org_domain=m["org_domain"].lower(),
-            fields=fields,
-            required_scope=required,
-        )
+def embed_many(
+    matcher: CapabilityMatcher, profiles: Sequence[CapabilityProfile]
+) -> list[ProfileVectors]:
+    """matcher.embed_profiles when the index offers it, else one by one."""
+    batch = getattr(matcher, "embed_profiles", None)
+    if batch is not None:
+        return list(batch(profiles))
+    return [matcher.embed_profile(p) for p in profiles]
+
+
+def upsert_many(
+    matcher: CapabilityMatcher, items: Sequence[tuple[CapabilityProfile, ProfileVectors]]
+) -> None:
+    """matcher.upsert_many when the index offers it, else one by one."""
+    batch = getattr(matcher, "upsert_many", None)
+    if batch is not None:
+        batch(items)
+        return
+    for profile, vectors in items:
+        matcher.upsert(profile, vectors)
 
 
 class AnsService:
@@ -165,8 +170,14 @@ class AnsService:
             config.public_zones,
             config.unlisted_zones == "restricted",
         )
-        self._registry: dict[str, AgentEntry] = {}
-        self._gate_counts: Counter[tuple[str, int]] = Counter()
+        self._registry = Registry(config.ranking)
+        self._fields: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._fields_gen = 0
+        # Where the capability index came from at start-up, and the
+        # change_seq it reflects (a snapshot is written only past it).
+        self.index_loaded_from = "empty"
+        self.load_stats: dict[str, Any] = {}
+        self._snapshot_seq: int | None = None
         # Availability signals (discovery draft 6.2): canonical_id -> reason
         # ("suspended", "at_capacity", "not_responding", ...) for indexed
         # agents that are Active but should not be routed to right now.
@@ -179,34 +190,138 @@ class AnsService:
         self.manifest = self._own_manifest()
 
     # -- start-up -------------------------------------------------------------------
-    def load(self) -> int:
-        """Rebuild the registry and the capability index from the store.
+    def load(self, snapshot: Mapping[str, Any] | None = None) -> int:
+        """Rebuild the registry from the store, and the capability index from
+        ``snapshot`` (the meta of a snapshot already loaded into the matcher)
+        plus the store's changes since, or from scratch when None.
 
         An Active agent whose manifest was signed by a governance key that is
         no longer trusted is not indexed (it stays in the store, and comes
         back if the key is trusted again)."""
-        n = 0
+        t0 = time.perf_counter()
         self._withdrawn = self.store.withdrawn()
-        for agent in self.store.iter_active():
-            if self.governance_keys.get(agent.signer_kid) is None:
-                self.audit.record(
-                    "deindexed",
-                    reason="signing_key_removed",
-                    canonical_id=agent.canonical_id,
-                    signer_kid=agent.signer_kid,
-                )
-                log.warning(
-                    "agent not indexed: its governance key is no longer trusted",
-                    canonical_id=agent.canonical_id,
-                    signer_kid=agent.signer_kid,
-                )
-                continue
-            entry = AgentEntry.from_stored(agent)
-            self.matcher.upsert(profile_from(agent.manifest, agent.capabilities))
+        skipped = 0
+        for rows in _batches(self.store.iter_index_rows(), 65536):
+            trusted = []
+            for row in rows:
+                if self.governance_keys.get(row.signer_kid) is None:
+                    self._deindexed(row.canonical_id, row.signer_kid)
+                    skipped += 1
+                else:
+                    trusted.append(row)
             with self._lock:
-                self._index_entry(entry)
-            n += 1
-        return n
+                self._registry.put_many(trusted)
+        t1 = time.perf_counter()
+        registry = self._registry
+        delta = dropped = embedded = 0
+        if snapshot is not None:
+            seq = int(snapshot["change_seq"])
+            for agents in _batches(self.store.changed_since(seq), INDEX_BATCH):
+                delta += len(agents)
+                fresh = [a for a in agents if a.canonical_id in registry]
+                for a in agents:
+                    if a.canonical_id not in registry:
+                        self.matcher.remove(a.canonical_id)
+                self._embed_and_upsert(fresh)
+                embedded += len(fresh)
+            t2 = time.perf_counter()
+            indexed = set(cast(Any, self.matcher).ids())
+            for cid in indexed - registry.keys():
+                self.matcher.remove(cid)
+                dropped += 1
+            missing = [cid for cid in registry if cid not in indexed]
+            for chunk in _batches(missing, INDEX_BATCH):
+                found = self.store.get_many(chunk)
+                self._embed_and_upsert([found[c] for c in chunk if c in found])
+                embedded += len(chunk)
+            self.index_loaded_from = "snapshot"
+            self._snapshot_seq = seq if delta == 0 and dropped == 0 and not missing else None
+        else:
+            t2 = t1
+            for agents in _batches(
+                (a for a in self.store.iter_active() if a.canonical_id in registry), INDEX_BATCH
+            ):
+                self._embed_and_upsert(agents)
+                embedded += len(agents)
+            self.index_loaded_from = "rebuild"
+        t3 = time.perf_counter()
+        self.load_stats = {
+            "index_loaded_from": self.index_loaded_from,
+            "agents": len(registry),
+            "not_indexed_untrusted_key": skipped,
+            "delta_rows": delta,
+            "dropped": dropped,
+            "embedded": embedded,
+            "registry_s": round(t1 - t0, 3),
+            "delta_s": round(t2 - t1, 3),
+            "index_s": round(t3 - t2, 3),
+            "total_s": round(t3 - t0, 3),
+        }
+        log.info("cold start", **self.load_stats)
+        return len(registry)
+
+    def _deindexed(self, canonical_id: str, signer_kid: str) -> None:
+        self.audit.record(
+            "deindexed",
+            reason="signing_key_removed",
+            canonical_id=canonical_id,
+            signer_kid=signer_kid,
+        )
+        log.warning(
+            "agent not indexed: its governance key is no longer trusted",
+            canonical_id=canonical_id,
+            signer_kid=signer_kid,
+        )
+
+    def _embed_and_upsert(self, agents: Sequence[StoredAgent]) -> None:
+        """Embed a batch of stored agents (outside any lock) and put them in the
+        capability index."""
+        if not agents:
+            return
+        profiles = [profile_from(a.manifest, a.capabilities) for a in agents]
+        vectors = embed_many(self.matcher, profiles)
+        with self._lock:
+            upsert_many(self.matcher, list(zip(profiles, vectors, strict=True)))
+
+    def save_snapshot(self, directory: Path, *, force: bool = False) -> bool:
+        """Persist the capability index (``CapabilityIndex.save``) with the
+        store's change_seq, under the activate lock so both agree. Skipped when
+        nothing changed since the snapshot we started from (unless ``force``)
+        or when the index cannot be saved."""
+        save = getattr(self.matcher, "save", None)
+        if save is None:
+            return False
+        with self._activate_lock:
+            seq = self.store.max_seq()
+            if not force and seq == self._snapshot_seq:
+                return False
+            t0 = time.perf_counter()
+            with self._lock:
+                meta = {
+                    "change_seq": seq,
+                    "count": len(self.matcher),
+                    "signer_kids": self._registry.signer_kids(),
+                    "written_at": rfc3339(self.clock()),
+                }
+                save(directory, meta)
+            self._snapshot_seq = seq
+        log.info(
+            "index snapshot written",
+            directory=str(directory),
+            change_seq=seq,
+            count=meta["count"],
+            seconds=round(time.perf_counter() - t0, 3),
+        )
+        return True
+
+    def health(self) -> dict[str, Any]:
+        """The /healthz body: agent count and where the index came from."""
+        return {
+            "status": "ok",
+            "agents": len(self._registry),
+            "index_loaded_from": self.index_loaded_from,
+            "indexed": len(self.matcher),
+        }
 
     def __len__(self) -> int:
         return len(self._registry)
@@ -225,22 +340,50 @@ class AnsService:
         return self._unavailable.get(canonical_id)
 
     def _index_entry(self, entry: AgentEntry) -> None:
-        """Put an entry in the registry (caller holds the lock), keeping the
-        per-(zone, tier) counts that bound how many agents could pass the gates."""
-        old = self._registry.get(entry.canonical_id)
-        if old is not None:
-            self._gate_counts[(old.governance_zone, old.trust_tier)] -= 1
-        self._registry[entry.canonical_id] = entry
-        self._gate_counts[(entry.governance_zone, entry.trust_tier)] += 1
+        """Put an entry in the registry (caller holds the lock); the registry
+        keeps the per-(zone, tier) counts that bound how many agents could
+        pass the gates."""
+        self._registry.put(entry)
+        self._forget_fields(entry.canonical_id)
+
+    def _forget_fields(self, canonical_id: str) -> None:
+        self._fields.pop(canonical_id, None)
+        self._fields_gen += 1
+
+    def _result_fields(self, canonical_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """Result item fields of these agents, from the cache or the store
+        (an agent no longer stored is left out)."""
+        out: dict[str, dict[str, Any]] = {}
+        missing = []
+        with self._lock:
+            gen = self._fields_gen
+            for cid in canonical_ids:
+                hit = self._fields.get(cid)
+                if hit is None:
+                    missing.append(cid)
+                else:
+                    self._fields.move_to_end(cid)
+                    out[cid] = hit
+        if missing:
+            stored = self.store.get_many(missing)
+            fresh = {cid: result_fields(a.manifest) for cid, a in stored.items()}
+            out.update(fresh)
+            with self._lock:
+                if gen == self._fields_gen:  # nothing re-indexed while we read
+                    self._fields.update(fresh)
+                    while len(self._fields) > FIELDS_CACHE:
+                        self._fields.popitem(last=False)
+        return out
 
     def _unindex(self, canonical_id: str) -> AgentEntry | None:
         """Take an agent out of the registry, the gate counts, the availability
         marks and the capability index (caller holds the lock). The store row
         is the caller's business."""
-        old = self._registry.pop(canonical_id, None)
+        old = self._registry.get(canonical_id)
         if old is None:
             return None
-        self._gate_counts[(old.governance_zone, old.trust_tier)] -= 1
+        self._registry.remove(canonical_id)
+        self._forget_fields(canonical_id)
         self._unavailable.pop(canonical_id, None)
         self.matcher.remove(canonical_id)
         return old
@@ -252,7 +395,7 @@ class AnsService:
         cap = max_tier(p)
         total = 0
         with self._lock:
-            for (zone, tier), n in self._gate_counts.items():
+            for (zone, tier), n in self._registry.gate_counts.items():
                 if tier <= cap and p.governance_zone in (None, zone):
                     if self.zones.granted(zone, req.identity.scope):
                         total += n
@@ -279,7 +422,7 @@ class AnsService:
             local = await asyncio.to_thread(self._local, req)
             return self._finish(req, local, await pending)
         local = self._local(req)
-        plan = fed.plan(req, len(local.ranked))
+        plan = fed.plan(req, local.total)
         if not plan.peers:
             return self._finish(req, local, None)
         return self._finish(req, local, await fed.gather(req, plan))
@@ -298,37 +441,45 @@ class AnsService:
 
     def _local(self, req: DiscoverRequest) -> _LocalAnswer:
         p = req.params
-        weights = self.config.ranking
         matched = None
-        scores = None  # no intent: every agent is a candidate, ranked on trust alone
         if p.intent is not None:
             matched = self.matcher.query(
                 p.intent, p.capability_domains, evidence=p.include_evidence
             )
             scores = matched.above(self.config.min_capability_match)
-        ranked: list[tuple[float, float, AgentEntry]] = []
+        # Routing needs every gate-passing candidate; otherwise the best `limit`.
+        limit = None if p.preferred_agent is not None else p.limit
         with self._lock:
-            items = (
-                ((cid, s) for cid, s in scores.items())
-                if scores is not None
-                else ((cid, 0.0) for cid in self._registry)
-            )
-            for cid, cms in items:
-                entry = self._registry.get(cid)
-                if entry is None or not passes_gates(entry, p, req.identity.scope, self.zones):
-                    continue
-                score = rank_score(weights, entry.trust_tier, entry.behavioral_trust_score, cms)
-                ranked.append((score, cms, entry))
-        ranked.sort(key=lambda t: sort_key(t[0], t[2].canonical_id))
+            registry = self._registry
+            mask = registry.gate_mask(p, req.identity.scope, self.zones)
+            if p.intent is None:  # every agent is a candidate, ranked on trust alone
+                slots = np.nonzero(mask)[0]
+                cms = None
+            else:
+                slots = registry.slots_of(scores)
+                cms = np.fromiter(scores.values(), dtype=np.float64, count=len(scores))
+                keep = slots >= 0
+                keep[keep] = mask[slots[keep]]
+                slots, cms = slots[keep], cms[keep]
+            top = registry.rank(slots, cms, limit)
+            ranked = [
+                (r.rank_score, r.capability_match_score, registry[r.canonical_id]) for r in top
+            ]
         if p.preferred_agent is not None:
             return self._route(req, ranked, matched)
-        return _LocalAnswer(ranked, matched)
+        return _LocalAnswer(ranked, matched, len(slots))
 
     def _local_item(
-        self, req: DiscoverRequest, score: float, cms: float, entry: AgentEntry, matched: Any
+        self,
+        req: DiscoverRequest,
+        score: float,
+        cms: float,
+        entry: AgentEntry,
+        fields: dict[str, Any],
+        matched: Any,
     ) -> dict[str, Any]:
         p = req.params
-        item = {**entry.fields, "capability_match_score": cms, "rank_score": score}
+        item = {**fields, "capability_match_score": cms, "rank_score": score}
         unavailable = self._unavailable.get(entry.canonical_id)
         if unavailable is not None:  # discovery draft 6.2; available agents are unchanged
             item["available"] = False
@@ -348,22 +499,28 @@ class AnsService:
     ) -> dict[str, Any]:
         p = req.params
         weights = self.config.ranking
+        best = local.ranked[: p.limit]
+        fields = self._result_fields([entry.canonical_id for _, _, entry in best])
         top = [
-            Ranked(
-                score, entry.canonical_id, self._local_item(req, score, cms, entry, local.matched)
+            FedRanked(
+                score,
+                entry.canonical_id,
+                self._local_item(req, score, cms, entry, fields[entry.canonical_id], local.matched),
             )
-            for score, cms, entry in local.ranked[: p.limit]
+            for score, cms, entry in best
+            if entry.canonical_id in fields  # deleted meanwhile: skipped
         ]
         # The routing position (preferred agent or its alternative) stays results[0].
-        pinned = top[:1] if local.pinned else []
+        first_kept = bool(best) and bool(top) and top[0].canonical_id == best[0][2].canonical_id
+        pinned = top[:1] if local.pinned and first_kept else []
         if pinned and local.routing is not None:
             first = pinned[0]
-            pinned[0] = top[0] = Ranked(
+            pinned[0] = top[0] = FedRanked(
                 first.rank_score,
                 first.canonical_id,
                 {**first.item, **local.routing.item_fields()},
             )
-        total = len(local.ranked)
+        total = local.total
         chosen = top
         if gathered is not None:
             # Only the local top `limit` can survive the cut, so only they are built.
@@ -448,7 +605,8 @@ class AnsService:
                     self.config.ranking, entry.trust_tier, entry.behavioral_trust_score, cms
                 )
                 own = (score, cms, entry)
-            return _LocalAnswer([own, *rest], matched, Routing(cid, True), pinned=True)
+            final = [own, *rest]
+            return _LocalAnswer(final, matched, len(final), Routing(cid, True), pinned=True)
         reason = reason or NOT_INDEXED
         chosen = None
         if reason != NOT_INDEXED and stored is not None:
@@ -477,11 +635,11 @@ class AnsService:
             equivalent_confidence=chosen[1] if chosen else None,
         )
         if chosen is None:
-            return _LocalAnswer(rest, matched, Routing(cid, False, reason))
+            return _LocalAnswer(rest, matched, len(rest), Routing(cid, False, reason))
         alt, confidence = chosen
         others = [t for t in rest if t is not alt]
         routing = Routing(cid, False, reason, alt[2].canonical_id, confidence)
-        return _LocalAnswer([alt, *others], matched, routing, pinned=True)
+        return _LocalAnswer([alt, *others], matched, len(rest), routing, pinned=True)
 
     # -- ACTIVATE ---------------------------------------------------------------------
     def activate(self, req: ActivateRequest) -> dict[str, Any]:
@@ -602,6 +760,71 @@ class AnsService:
             "registered_at": stored.registered_at,
             "updated_at": stored.updated_at,
         }
+
+    # -- bulk ACTIVATE (ans import) -----------------------------------------------------
+    def activate_many(
+        self, verified: Sequence[tuple[dict[str, Any], dict[str, Any], str]]
+    ) -> tuple[list[str], int, list[tuple[int, AgtpError]]]:
+        """ACTIVATE a batch of already verified (manifest, capabilities,
+        signer_kid), as if one after another: the same admissibility rules
+        (tombstoned 410, Suspended 409, stale 409, unchanged), a later line for
+        the same canonical id checked against the earlier one. Then one store
+        transaction, one batched embedding, one index update.
+
+        Returns (stored canonical ids in order, unchanged count,
+        [(position in ``verified``, refusal)])."""
+        now = rfc3339(self.clock())
+        refused: list[tuple[int, AgtpError]] = []
+        unchanged = 0
+        with self._activate_lock:
+            previous = self.store.get_many(m["canonical_id"] for m, _, _ in verified)
+            pending: dict[str, StoredAgent] = {}
+            for i, (manifest, caps, kid) in enumerate(verified):
+                cid = manifest["canonical_id"]
+                try:
+                    prev = pending.get(cid) or previous.get(cid)
+                    withdrawn = self._withdrawn.get(cid)
+                    if withdrawn is not None and withdrawn != SUSPENDED:
+                        self._admissible(cid, manifest, caps)  # raises 410 agent_retired
+                    if prev is not None and prev.lifecycle_state == SUSPENDED:
+                        raise Conflict(
+                            f"agent {cid[:80]} is Suspended; the governance platform must "
+                            "REINSTATE it",
+                            code="agent_suspended",
+                        )
+                    if prev is not None:
+                        same = check_manifest_freshness(manifest, prev.manifest)
+                        if (
+                            same
+                            and prev.capabilities == caps
+                            and prev.lifecycle_state == ACTIVE
+                            and (cid in pending or cid in self._registry)
+                        ):
+                            unchanged += 1
+                            continue
+                except AgtpError as exc:
+                    refused.append((i, exc))
+                    continue
+                pending[cid] = StoredAgent(
+                    canonical_id=cid,
+                    manifest=manifest,
+                    capabilities=caps,
+                    lifecycle_state=ACTIVE,
+                    signer_kid=kid,
+                    registered_at=prev.registered_at if prev is not None else now,
+                    updated_at=now,
+                )
+            agents = list(pending.values())
+            self.store.upsert_many(agents)  # durable first
+            profiles = [profile_from(a.manifest, a.capabilities) for a in agents]
+            vectors = embed_many(self.matcher, profiles)
+            entries = [AgentEntry.from_stored(a) for a in agents]
+            with self._lock:
+                upsert_many(self.matcher, list(zip(profiles, vectors, strict=True)))
+                self._registry.put_many(entries)
+                for a in agents:
+                    self._forget_fields(a.canonical_id)
+        return [a.canonical_id for a in agents], unchanged, refused
 
     def _explain_removed_key(self, manifest: dict[str, Any], exc: UnknownSigningKey) -> None:
         """An unknown key that once signed this agent's stored manifest was

@@ -8,20 +8,44 @@ from it at start-up.
 Besides the agents, it keeps every applied lifecycle event (by ``event_id``,
 so a replayed event is recognised) and the tombstones of retired canonical
 ids (Revoked/Deprecated), which no later ACTIVATE can bring back.
+
+Schema v3 keeps the columns the in-memory registry needs (trust tier,
+behavioral score, zone, lowercased org domain, required scope) next to the
+JSON, so start-up never decodes a manifest, and a store-wide ``change_seq``
+(bumped by every write that changes an agent row, kept in ``meta``) so a
+persisted index snapshot knows exactly which rows changed after it was
+written. v1/v2 files are migrated in place (columns backfilled from the JSON
+once).
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 import orjson
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+_AGENT_COLUMNS = (
+    "canonical_id, manifest, capabilities, lifecycle_state, signer_kid, registered_at, updated_at"
+)
+_UPSERT = """INSERT INTO agents (canonical_id, manifest, capabilities, lifecycle_state,
+                 signer_kid, registered_at, updated_at, trust_tier, behavioral_trust_score,
+                 governance_zone, org_domain, required_scope, change_seq)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT(canonical_id) DO UPDATE SET
+               manifest=excluded.manifest, capabilities=excluded.capabilities,
+               lifecycle_state=excluded.lifecycle_state, signer_kid=excluded.signer_kid,
+               updated_at=excluded.updated_at, trust_tier=excluded.trust_tier,
+               behavioral_trust_score=excluded.behavioral_trust_score,
+               governance_zone=excluded.governance_zone, org_domain=excluded.org_domain,
+               required_scope=excluded.required_scope, change_seq=excluded.change_seq"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +57,36 @@ class StoredAgent:
     signer_kid: str
     registered_at: str
     updated_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class IndexRow:
+    """What the in-memory registry needs of one Active agent (no JSON decoded)."""
+
+    canonical_id: str
+    signer_kid: str
+    trust_tier: int
+    behavioral_trust_score: float
+    governance_zone: str
+    org_domain: str  # lowercased
+    required_scope: str
+
+
+def gate_columns(
+    manifest: dict[str, Any], capabilities: dict[str, Any]
+) -> tuple[int, float, str, str, str]:
+    """(trust_tier, behavioral_trust_score, governance_zone, org_domain lowercased,
+    required_scope) exactly as the registry derives them from a verified manifest."""
+    required = capabilities.get("required_scope") or " ".join(
+        manifest["authority_scope_categories"]
+    )
+    return (
+        int(manifest["trust_tier"]),
+        float(manifest["behavioral_trust_score"]),
+        str(manifest["governance_zone"]),
+        str(manifest["org_domain"]).lower(),
+        str(required),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +116,13 @@ class Tombstone:
 
 class RegistryStore(Protocol):
     def upsert(self, agent: StoredAgent) -> None: ...
+    def upsert_many(self, agents: Sequence[StoredAgent]) -> None: ...
     def get(self, canonical_id: str) -> StoredAgent | None: ...
+    def get_many(self, canonical_ids: Iterable[str]) -> dict[str, StoredAgent]: ...
     def iter_active(self) -> Iterator[StoredAgent]: ...
+    def iter_index_rows(self) -> Iterator[IndexRow]: ...
+    def changed_since(self, seq: int) -> Iterator[StoredAgent]: ...
+    def max_seq(self) -> int: ...
     def apply_lifecycle(
         self, event: EventRecord, updated_at: str, tombstone: Tombstone | None
     ) -> None: ...
@@ -76,17 +135,20 @@ class RegistryStore(Protocol):
 
 
 class SQLiteStore:
-    """Thread-safe SQLite registry (one connection, serialized by a lock)."""
+    """Thread-safe SQLite registry: one writer connection serialized by a lock,
+    and one reader connection (WAL readers never wait for the writer) for the
+    DISCOVER hot path and the start-up scans."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA busy_timeout=5000")
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version not in (0, 1, SCHEMA_VERSION):  # 1 -> 2 only adds tables
+        if version not in (0, 1, 2, SCHEMA_VERSION):
             raise RuntimeError(f"registry schema version {version} is newer than this ANS")
         self._db.execute(
             """CREATE TABLE IF NOT EXISTS agents (
@@ -96,7 +158,13 @@ class SQLiteStore:
                    lifecycle_state TEXT NOT NULL,
                    signer_kid      TEXT NOT NULL,
                    registered_at   TEXT NOT NULL,
-                   updated_at      TEXT NOT NULL)"""
+                   updated_at      TEXT NOT NULL,
+                   trust_tier      INTEGER,
+                   behavioral_trust_score REAL,
+                   governance_zone TEXT,
+                   org_domain      TEXT,
+                   required_scope  TEXT,
+                   change_seq      INTEGER)"""
         )
         self._db.execute(
             """CREATE TABLE IF NOT EXISTS lifecycle_events (
@@ -123,26 +191,97 @@ class SQLiteStore:
                    reason       TEXT,
                    recorded_at  TEXT NOT NULL)"""
         )
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)"
+        )
+        if version in (1, 2):
+            self._migrate_to_v3()
+        self._db.execute("CREATE INDEX IF NOT EXISTS agents_by_change_seq ON agents (change_seq)")
+        self._db.execute("INSERT OR IGNORE INTO meta VALUES ('change_seq', 0)")
         self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        self._rlock = threading.Lock()
+        self._reader = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._reader.execute("PRAGMA busy_timeout=5000")
+
+    def _migrate_to_v3(self) -> None:
+        """v1/v2 -> v3 in one transaction: add the registry columns and
+        change_seq, backfilled from the stored JSON (the only time it is read
+        at start-up)."""
+        have = {row[1] for row in self._db.execute("PRAGMA table_info(agents)")}
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            for name, kind in (
+                ("trust_tier", "INTEGER"),
+                ("behavioral_trust_score", "REAL"),
+                ("governance_zone", "TEXT"),
+                ("org_domain", "TEXT"),
+                ("required_scope", "TEXT"),
+                ("change_seq", "INTEGER"),
+            ):
+                if name not in have:
+                    self._db.execute(f"ALTER TABLE agents ADD COLUMN {name} {kind}")
+            rows = self._db.execute(
+                "SELECT canonical_id, manifest, capabilities FROM agents ORDER BY rowid"
+            ).fetchall()
+            updates = [
+                (*gate_columns(orjson.loads(m), orjson.loads(c)), seq, cid)
+                for seq, (cid, m, c) in enumerate(rows, start=1)
+            ]
+            self._db.executemany(
+                """UPDATE agents SET trust_tier = ?, behavioral_trust_score = ?,
+                     governance_zone = ?, org_domain = ?, required_scope = ?, change_seq = ?
+                   WHERE canonical_id = ?""",
+                updates,
+            )
+            self._db.execute(
+                "INSERT OR REPLACE INTO meta VALUES ('change_seq', ?)", (len(updates),)
+            )
+            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+
+    def _bump(self, n: int = 1) -> int:
+        """Reserve ``n`` change_seq values inside the current write transaction;
+        returns the first."""
+        last = self._db.execute(
+            "UPDATE meta SET value = value + ? WHERE key = 'change_seq' RETURNING value", (n,)
+        ).fetchone()[0]
+        return int(last) - n + 1
+
+    @staticmethod
+    def _params(agent: StoredAgent, seq: int) -> tuple[Any, ...]:
+        return (
+            agent.canonical_id,
+            orjson.dumps(agent.manifest),
+            orjson.dumps(agent.capabilities),
+            agent.lifecycle_state,
+            agent.signer_kid,
+            agent.registered_at,
+            agent.updated_at,
+            *gate_columns(agent.manifest, agent.capabilities),
+            seq,
+        )
 
     def upsert(self, agent: StoredAgent) -> None:
+        self.upsert_many([agent])
+
+    def upsert_many(self, agents: Sequence[StoredAgent]) -> None:
+        """Insert or replace many agents in one transaction (one fsync)."""
+        if not agents:
+            return
         with self._lock:
-            self._db.execute(
-                """INSERT INTO agents VALUES (?, ?, ?, ?, ?, ?, ?)
-                   ON CONFLICT(canonical_id) DO UPDATE SET
-                     manifest=excluded.manifest, capabilities=excluded.capabilities,
-                     lifecycle_state=excluded.lifecycle_state, signer_kid=excluded.signer_kid,
-                     updated_at=excluded.updated_at""",
-                (
-                    agent.canonical_id,
-                    orjson.dumps(agent.manifest),
-                    orjson.dumps(agent.capabilities),
-                    agent.lifecycle_state,
-                    agent.signer_kid,
-                    agent.registered_at,
-                    agent.updated_at,
-                ),
-            )
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                first = self._bump(len(agents))
+                self._db.executemany(
+                    _UPSERT, [self._params(a, first + i) for i, a in enumerate(agents)]
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
 
     def _row(self, row: tuple[Any, ...]) -> StoredAgent:
         return StoredAgent(
@@ -158,17 +297,70 @@ class SQLiteStore:
     def get(self, canonical_id: str) -> StoredAgent | None:
         with self._lock:
             row = self._db.execute(
-                "SELECT * FROM agents WHERE canonical_id = ?", (canonical_id,)
+                f"SELECT {_AGENT_COLUMNS} FROM agents WHERE canonical_id = ?",  # noqa: S608
+                (canonical_id,),
             ).fetchone()
         return self._row(row) if row else None
 
+    def get_many(self, canonical_ids: Iterable[str]) -> dict[str, StoredAgent]:
+        """The stored agents among ``canonical_ids`` (absent ones are left out)."""
+        ids = list(dict.fromkeys(canonical_ids))
+        out: dict[str, StoredAgent] = {}
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            with self._rlock:
+                rows = self._reader.execute(
+                    f"SELECT {_AGENT_COLUMNS} FROM agents WHERE canonical_id IN ({marks})",  # noqa: S608
+                    chunk,
+                ).fetchall()
+            for row in rows:
+                out[row[0]] = self._row(row)
+        return out
+
+    def _scan(self, sql: str, params: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+        """Stream a query on the reader connection in chunks (never all rows at once)."""
+        with self._rlock:
+            cur = self._reader.execute(sql, params)
+        try:
+            while True:
+                with self._rlock:
+                    rows = cur.fetchmany(4096)
+                if not rows:
+                    return
+                yield from rows
+        finally:
+            cur.close()
+
     def iter_active(self) -> Iterator[StoredAgent]:
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT * FROM agents WHERE lifecycle_state = 'Active' ORDER BY canonical_id"
-            ).fetchall()
-        for row in rows:
+        for row in self._scan(
+            f"SELECT {_AGENT_COLUMNS} FROM agents WHERE lifecycle_state = 'Active' "  # noqa: S608
+            "ORDER BY canonical_id"
+        ):
             yield self._row(row)
+
+    def iter_index_rows(self) -> Iterator[IndexRow]:
+        """Every Active agent's registry columns, in canonical_id order; no JSON decoded."""
+        for row in self._scan(
+            "SELECT canonical_id, signer_kid, trust_tier, behavioral_trust_score, "
+            "governance_zone, org_domain, required_scope FROM agents "
+            "WHERE lifecycle_state = 'Active' ORDER BY canonical_id"
+        ):
+            yield IndexRow(*row)
+
+    def changed_since(self, seq: int) -> Iterator[StoredAgent]:
+        """Every agent row (any state) written after change_seq ``seq``, oldest first."""
+        for row in self._scan(
+            f"SELECT {_AGENT_COLUMNS} FROM agents WHERE change_seq > ? ORDER BY change_seq",  # noqa: S608
+            (seq,),
+        ):
+            yield self._row(row)
+
+    def max_seq(self) -> int:
+        """The change_seq of the last write to any agent row (0 for none)."""
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'change_seq'").fetchone()
+        return int(row[0]) if row else 0
 
     def apply_lifecycle(
         self, event: EventRecord, updated_at: str, tombstone: Tombstone | None
@@ -178,8 +370,9 @@ class SQLiteStore:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 self._db.execute(
-                    "UPDATE agents SET lifecycle_state = ?, updated_at = ? WHERE canonical_id = ?",
-                    (event.state_after, updated_at, event.canonical_id),
+                    "UPDATE agents SET lifecycle_state = ?, updated_at = ?, change_seq = ? "
+                    "WHERE canonical_id = ?",
+                    (event.state_after, updated_at, self._bump(), event.canonical_id),
                 )
                 self._db.execute(
                     "INSERT INTO lifecycle_events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -269,5 +462,50 @@ class SQLiteStore:
             return int(self._db.execute("SELECT COUNT(*) FROM agents").fetchone()[0])
 
     def close(self) -> None:
+        with self._rlock:
+            self._reader.close()
         with self._lock:
             self._db.close()
+
+
+LOCK_FILE = "ans.lock"
+
+
+class DataDirBusy(OSError):
+    """Another process (a server or an import) holds the data directory."""
+
+
+class DataDirLock:
+    """An exclusive advisory lock (flock) on ``DATA/ans.lock``: ``ans serve``
+    and ``ans import`` never work on the same registry at once. The kernel
+    drops it when the process dies, so a killed server leaves no stale lock."""
+
+    def __init__(self, fh: IO[str], path: Path) -> None:
+        self._fh: IO[str] | None = fh
+        self.path = path
+
+    @classmethod
+    def acquire(cls, data_dir: Path, holder: str) -> DataDirLock:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        path = data_dir / LOCK_FILE
+        fh = open(path, "a+", encoding="utf-8")  # held until release()
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            who = fh.read().strip()[:200] or "another process"
+            fh.close()
+            raise DataDirBusy(
+                f"data directory {data_dir} is in use ({who}); stop it first"
+            ) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{holder} pid {os.getpid()}\n")
+        fh.flush()
+        return cls(fh, path)
+
+    def release(self) -> None:
+        if self._fh is not None:
+            fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
+            self._fh.close()
+            self._fh = None

@@ -201,7 +201,8 @@ def test_equivalence_is_the_capability_similarity(world: dict[str, Any]) -> None
     eq = svc.matcher.equivalence(profile_from(stored.manifest, stored.capabilities))
     assert set(eq) == set(ids.values())
     assert all(0.0 <= v <= 1.0 for v in eq.values())
-    assert eq[ids["vyper-auditor"]] == pytest.approx(1.0, abs=1e-5)
+    # the index stores int8-coded vectors: a self-match is 1 within their rounding
+    assert eq[ids["vyper-auditor"]] == pytest.approx(1.0, abs=1e-3)
     assert eq[ids["solidity-auditor"]] > eq[ids["legal-translator"]] + 0.2
     # The confidence reported is this similarity.
     svc.mark_availability(ids["vyper-auditor"], "not_responding")

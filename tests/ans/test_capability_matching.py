@@ -25,6 +25,7 @@ from ans.config import Config
 from ans.examples_index import ExampleBlocks
 from ans.lexical import LexicalIndex
 from ans.matcher import CapabilityIndex, profile_from
+from ans.qrows import quantize
 from ans.server import build_service
 from ans.text import candidate_tags, normalize_tag, segments, split_label
 
@@ -195,7 +196,8 @@ def test_example_blocks_match_brute_force_under_churn() -> None:
         else:
             v = rng.standard_normal((int(rng.integers(1, 6)), 8)).astype(np.float32)
             blocks.put(slot, v)
-            truth[slot] = blocks.project(v)
+            codes, scale = quantize(blocks.project(v))  # rows are stored int8-coded
+            truth[slot] = codes.astype(np.float32) * scale[:, None]
         if step % 50 == 0:
             q = rng.standard_normal((2, 8)).astype(np.float32)
             best, _ = blocks.best(q, 30)

@@ -748,7 +748,7 @@ def test_routing_position_stays_first_when_federated_entries_merge(world: World)
         peers=(Peer("http://b", 1),),
     )
     preferred = next(iter(a._registry))
-    assert a._registry[preferred].fields["agent_label"] == "vyper-auditor"
+    assert a.store.get(preferred).manifest["agent_label"] == "vyper-auditor"
     a.mark_availability(preferred, "at_capacity")
     b.mark_availability(preferred, "at_capacity")
     got = ask(a, limit=5, preferred_agent=preferred)
@@ -771,7 +771,7 @@ def test_preferred_agent_unknown_here_never_comes_back_from_a_peer(world: World)
     world.serve("http://b", b)
     a = world.ans("a", solidity("local-auditor"), peers=(Peer("http://b", 2),))
     preferred = next(
-        c for c, e in b._registry.items() if e.fields["agent_label"] == "vyper-auditor"
+        c for c in b._registry if b.store.get(c).manifest["agent_label"] == "vyper-auditor"
     )
     plain = ask(a, limit=5)
     assert sorted(labels(plain)) == ["local-auditor", "remote-auditor", "vyper-auditor"]

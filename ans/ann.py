@@ -1,0 +1,98 @@
+"""Approximate nearest-neighbour search with FAISS, for catalogs too big to scan.
+
+The capability index picks its search by catalog size: up to ``exact_max``
+agents every query is scored exhaustively (a flat scan, exact); above it, the
+candidates of a query come from FAISS inverted-file indices with 8-bit scalar
+quantization (``IndexIVFScalarQuantizer``, inner product) over the unit
+capability vectors and the example vectors, and only those candidates are
+scored. Recall of the approximate path against the exhaustive one is
+measured at k=50 on the real query path (``bench/recall.py``).
+
+Ids are the caller's int64 (a slot, or ``slot * EXAMPLE_STRIDE + k`` for the
+k-th example of a slot); a hashtable direct map makes removal O(1) per id.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import faiss
+import numpy as np
+import numpy.typing as npt
+
+Vectors = npt.NDArray[np.float32]
+Ids = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class AnnSettings:
+    exact_max: int = 20_000  # up to this many agents: exhaustive (exact) scoring
+    candidates: int = 256  # per source and query text, in approximate mode
+    nprobe: int = 24  # inverted lists visited per search
+    train_size: int = 40_000  # vectors sampled to train the coarse quantizer
+    threads: int = 1  # FAISS threads (the server's event loop shares the cores)
+    seed: int = 1234
+
+
+def nlist_for(n: int) -> int:
+    """Inverted lists for n vectors: about sqrt(n), within [16, 4096]."""
+    return int(min(4096, max(16, round(math.sqrt(max(n, 1))))))
+
+
+class AnnIndex:
+    """One IVF-SQ8 inner-product index. Not thread-safe; callers lock."""
+
+    def __init__(self, index: faiss.Index, nprobe: int) -> None:
+        self._index = index
+        self.nprobe = nprobe
+        faiss.extract_index_ivf(index).nprobe = nprobe
+
+    @classmethod
+    def build(cls, dim: int, vectors: Vectors, ids: Ids, settings: AnnSettings) -> AnnIndex:
+        faiss.omp_set_num_threads(max(1, settings.threads))
+        nlist = nlist_for(len(vectors))
+        quantizer = faiss.IndexFlatIP(dim)
+        index = faiss.IndexIVFScalarQuantizer(
+            quantizer, dim, nlist, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT
+        )
+        index.cp.seed = settings.seed
+        rng = np.random.default_rng(settings.seed)
+        sample_n = min(len(vectors), max(settings.train_size, 40 * nlist))
+        sample = vectors[np.sort(rng.choice(len(vectors), sample_n, replace=False))]
+        index.train(np.ascontiguousarray(sample, dtype=np.float32))
+        index.set_direct_map_type(faiss.DirectMap.Hashtable)  # type: ignore[attr-defined]
+        ann = cls(index, settings.nprobe)
+        ann.add(vectors, ids)
+        return ann
+
+    def __len__(self) -> int:
+        return int(self._index.ntotal)
+
+    def add(self, vectors: Vectors, ids: Ids) -> None:
+        if len(ids):
+            self._index.add_with_ids(
+                np.ascontiguousarray(vectors, dtype=np.float32), np.asarray(ids, dtype=np.int64)
+            )
+
+    def remove(self, ids: Ids) -> None:
+        if len(ids):
+            self._index.remove_ids(np.asarray(ids, dtype=np.int64))  # type: ignore[arg-type]
+
+    def search(self, queries: Vectors, k: int) -> Ids:
+        """The ids of the (approximately) k best matches of every query, flattened
+        (missing hits dropped)."""
+        if len(self) == 0 or len(queries) == 0:
+            return np.zeros(0, dtype=np.int64)
+        _, ids = self._index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
+        flat: Ids = ids.ravel()
+        return flat[flat >= 0]
+
+    def save(self, path: Path) -> None:
+        faiss.write_index(self._index, str(path))
+
+    @classmethod
+    def load(cls, path: Path, nprobe: int) -> AnnIndex:
+        index = faiss.read_index(str(path))
+        return cls(index, nprobe)

@@ -1,0 +1,378 @@
+"""``ans import``: bulk registration from JSON-lines files.
+
+Each line is the ``parameters`` object of an ACTIVATE:
+``{"manifest": {...}, "capabilities": {...}}``. Every line gets the same
+verification as ACTIVATE — strict bounded JSON, capability document
+validation, the governance signature against the trusted keys, lifecycle
+Active — in a pool of worker processes (chunks of lines, a bounded number in
+flight). The main process then applies the admissibility rules (tombstoned,
+Suspended, stale, unchanged; a later line for the same canonical id checked
+against the earlier one, as sequential ACTIVATEs would be) and stores,
+embeds and indexes each batch at once (:meth:`AnsService.activate_many`).
+
+Audit: one ``activation_refused`` record per refused line (the fields of
+ACTIVATE's, plus file and line), one ``bulk_import_batch`` record per stored
+batch (count, first and last canonical id) instead of one ``activation``
+record per agent, and one ``bulk_import`` record per run with the counts.
+
+The data directory is locked for the whole run (``ans serve`` takes the same
+lock), and the capability-index snapshot is written at the end, so the next
+``ans serve`` starts without re-embedding.
+"""
+
+from __future__ import annotations
+
+import getpass
+import multiprocessing
+import os
+import sys
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.pool import AsyncResult
+from pathlib import Path
+from typing import IO, Any
+
+from ans.governance.keys import TrustedKeys
+from ans.governance.manifest import validate_capabilities, verify_manifest
+from ans.governance.policy import requester_fields
+from ans.protocol.errors import AgtpError, InvalidParameter, MalformedJson, UnknownSigningKey
+from ans.protocol.jsonstrict import loads as strict_loads
+from ans.protocol.messages import Identity
+from ans.protocol.scope import parse_authority_scope
+
+from .config import Config
+from .service import AnsService
+
+DEFAULT_BATCH = 2000
+CHUNK_LINES = 250  # lines per worker task
+IMPORT_AGENT = "agtp://localhost/agents/ans-import"
+
+# (line number, "ok", (manifest, capabilities, signer_kid)) or
+# (line number, "refused", (status, code, message, canonical_id, key_id))
+Outcome = tuple[int, str, tuple[Any, ...]]
+
+_worker_keys: TrustedKeys | None = None
+_worker_max_bytes = 0
+
+
+def _init_worker(jwks: list[dict[str, Any]], max_bytes: int) -> None:
+    global _worker_keys, _worker_max_bytes  # per worker process, set once by the pool
+    _worker_keys = TrustedKeys.from_jwks({"keys": jwks})
+    _worker_max_bytes = max_bytes
+
+
+def verify_line(data: bytes, keys: TrustedKeys, max_bytes: int) -> tuple[Any, ...]:
+    """(manifest, capabilities, signer_kid) of one valid line; raises AgtpError."""
+    params = strict_loads(data, max_bytes=max_bytes)
+    if not isinstance(params, dict):
+        raise MalformedJson(
+            'each line must be a JSON object {"manifest": ..., "capabilities": ...}'
+        )
+    manifest = params.get("manifest")
+    if not isinstance(manifest, dict):
+        raise InvalidParameter("manifest", "a complete signed Agent Manifest Document is required")
+    caps = params.get("capabilities", {})
+    if not isinstance(caps, dict):
+        raise InvalidParameter("capabilities", "must be a DESCRIBE Capability Document object")
+    validate_capabilities(caps)
+    verified = verify_manifest(manifest, keys)
+    return verified.manifest, caps, verified.signer_kid
+
+
+def _verify_chunk(chunk: list[tuple[int, bytes]]) -> list[Outcome]:
+    keys = _worker_keys
+    assert keys is not None
+    out: list[Outcome] = []
+    for lineno, data in chunk:
+        try:
+            out.append((lineno, "ok", verify_line(data, keys, _worker_max_bytes)))
+        except AgtpError as exc:
+            cid, kid = _ids_of(data)
+            out.append((lineno, "refused", (exc.status, exc.code, exc.message, cid, kid)))
+        except Exception as exc:  # never a traceback for a bad line
+            cid, kid = _ids_of(data)
+            out.append((lineno, "refused", (422, "invalid_line", str(exc)[:300], cid, kid)))
+    return out
+
+
+def _ids_of(data: bytes) -> tuple[str, str | None]:
+    """Best-effort canonical id and signing key id of a refused line, for the report."""
+    try:
+        import orjson
+
+        doc = orjson.loads(data)
+        m = doc.get("manifest") if isinstance(doc, dict) else None
+        if isinstance(m, dict):
+            sig = m.get("signature")
+            kid = sig.get("key_id") if isinstance(sig, dict) else None
+            return str(m.get("canonical_id"))[:256], kid if isinstance(kid, str) else None
+    except Exception:  # noqa: S110 - a line that does not parse has no id to report
+        pass
+    return "None", None
+
+
+@dataclass
+class Refusal:
+    file: str
+    line: int
+    status: int
+    code: str
+    message: str
+    canonical_id: str
+
+
+@dataclass
+class ImportReport:
+    imported: int = 0
+    unchanged: int = 0
+    refused: list[Refusal] = field(default_factory=list)
+    lines: int = 0
+    seconds: float = 0.0
+    batches: int = 0
+    snapshot: bool = False
+
+    @property
+    def rate(self) -> float:
+        return self.lines / self.seconds if self.seconds > 0 else 0.0
+
+
+class Progress:
+    """A minimal progress line on stderr: count, agents/s, ETA (by bytes read).
+    Redrawn at most 5 times a second on a TTY; otherwise silent until done()."""
+
+    def __init__(self, total_bytes: int, stream: IO[str] | None = None) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = self.stream.isatty()
+        self.total = max(total_bytes, 1)
+        self.start = time.monotonic()
+        self._last = 0.0
+
+    def update(self, count: int, done_bytes: int) -> None:
+        now = time.monotonic()
+        if not self.tty or now - self._last < 0.2:
+            return
+        self._last = now
+        elapsed = max(now - self.start, 1e-9)
+        frac = min(done_bytes / self.total, 1.0)
+        eta = elapsed * (1 - frac) / frac if frac > 0 else 0.0
+        width = 30
+        bar = "#" * int(frac * width)
+        self.stream.write(
+            f"\r[{bar:<{width}}] {count:>9,} agents  {count / elapsed:8,.0f}/s  ETA {eta:5.0f}s"
+        )
+        self.stream.flush()
+
+    def done(self, report: ImportReport) -> None:
+        if self.tty:
+            self.stream.write("\r" + " " * 78 + "\r")
+        self.stream.write(
+            f"ans import: {report.lines:,} lines in {report.seconds:.1f} s "
+            f"({report.rate:,.0f} lines/s): {report.imported:,} imported, "
+            f"{report.unchanged:,} unchanged, {len(report.refused):,} refused\n"
+        )
+        self.stream.flush()
+
+
+def _read_lines(
+    files: Sequence[Path], max_line: int, counter: list[int]
+) -> Iterator[tuple[int, int, bytes]]:
+    """(file index, line number, bytes) of every non-blank line; an over-long
+    line is passed on truncated to max_line + 1 bytes so the strict parser
+    refuses it as too large without holding it."""
+    for fi, path in enumerate(files):
+        with open(path, "rb") as fh:
+            lineno = 0
+            while True:
+                line = fh.readline(max_line + 1)
+                if not line:
+                    break
+                counter[0] += len(line)
+                lineno += 1
+                if len(line) > max_line and not line.endswith(b"\n"):
+                    # skip the rest of the over-long line
+                    while True:
+                        rest = fh.readline(1 << 20)
+                        counter[0] += len(rest)
+                        if not rest or rest.endswith(b"\n"):
+                            break
+                    yield fi, lineno, line
+                    continue
+                if line.strip():
+                    yield fi, lineno, line
+
+
+def run_import(
+    service: AnsService,
+    files: Sequence[Path],
+    *,
+    trusted_jwks: list[dict[str, Any]],
+    batch: int = DEFAULT_BATCH,
+    workers: int | None = None,
+    max_line_bytes: int | None = None,
+    progress: Progress | None = None,
+) -> ImportReport:
+    """Verify every line in worker processes, then store and index in batches."""
+    max_line = max_line_bytes or service.config.max_body_bytes
+    workers = workers or os.cpu_count() or 1
+    report = ImportReport()
+    identity = Identity(
+        agent_id=IMPORT_AGENT,
+        principal_id=_principal(),
+        scope=parse_authority_scope("discovery:register"),
+    )
+    names = [str(f) for f in files]
+    read = [0]
+    t0 = time.perf_counter()
+    ctx = multiprocessing.get_context("spawn")
+    pending: list[tuple[int, int, tuple[Any, ...]]] = []  # (file, line, verified)
+
+    def refuse(fi: int, lineno: int, status: int, code: str, msg: str, cid: str) -> None:
+        report.refused.append(Refusal(names[fi], lineno, status, code, msg, cid))
+        service.audit.record(
+            "activation_refused",
+            status=status,
+            code=code,
+            **requester_fields(identity, "ACTIVATE", f"import:{lineno}"),
+            canonical_id=cid[:256],
+            reason=msg,
+            file=names[fi],
+            line=lineno,
+        )
+
+    def flush() -> None:
+        if not pending:
+            return
+        stored, unchanged, refused = service.activate_many([v for _, _, v in pending])
+        for i, exc in refused:
+            fi, lineno, v = pending[i]
+            refuse(fi, lineno, exc.status, exc.code, exc.message, v[0]["canonical_id"])
+        report.unchanged += unchanged
+        if stored:
+            report.imported += len(stored)
+            report.batches += 1
+            service.audit.record(
+                "bulk_import_batch",
+                count=len(stored),
+                first_canonical_id=stored[0],
+                last_canonical_id=stored[-1],
+                **requester_fields(identity, "ACTIVATE", None),
+            )
+        pending.clear()
+
+    with ctx.Pool(workers, _init_worker, (trusted_jwks, max_line)) as pool:
+        inflight: deque[tuple[int, AsyncResult[list[Outcome]]]] = deque()
+        window = 2 * workers + 2
+
+        def drain_one() -> None:
+            fi, res = inflight.popleft()
+            for lineno, kind, data in res.get():
+                report.lines += 1
+                if kind == "ok":
+                    pending.append((fi, lineno, data))
+                    if len(pending) >= batch:
+                        flush()
+                else:
+                    status, code, msg, cid, kid = data
+                    if code == UnknownSigningKey.code:
+                        status, code, msg = _explain_removed_key(service, cid, kid, msg)
+                    refuse(fi, lineno, status, code, msg, cid)
+                if progress is not None:
+                    progress.update(report.lines, read[0])
+
+        chunk: list[tuple[int, bytes]] = []
+        chunk_file = 0
+        for fi, lineno, data in _read_lines(files, max_line, read):
+            if chunk and fi != chunk_file:
+                inflight.append((chunk_file, pool.apply_async(_verify_chunk, (chunk,))))
+                chunk = []
+            chunk_file = fi
+            chunk.append((lineno, data))
+            if len(chunk) >= CHUNK_LINES:
+                inflight.append((fi, pool.apply_async(_verify_chunk, (chunk,))))
+                chunk = []
+            while len(inflight) >= window:
+                drain_one()
+        if chunk:
+            inflight.append((chunk_file, pool.apply_async(_verify_chunk, (chunk,))))
+        while inflight:
+            drain_one()
+    flush()
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _explain_removed_key(
+    service: AnsService, cid: str, kid: str | None, message: str
+) -> tuple[int, str, str]:
+    """401 signing_key_removed when the unknown key once signed the stored agent."""
+    previous = service.store.get(cid)
+    if previous is not None and kid is not None and kid == previous.signer_kid:
+        return (
+            401,
+            "signing_key_removed",
+            f"manifest is signed by governance key {kid[:80]!r}, which signed this agent "
+            "before but is no longer trusted",
+        )
+    return 401, UnknownSigningKey.code, message
+
+
+def _principal() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "ans-import"
+
+
+def import_files(
+    config: Config,
+    files: Sequence[Path],
+    *,
+    batch: int = DEFAULT_BATCH,
+    workers: int | None = None,
+    progress_stream: IO[str] | None = None,
+) -> ImportReport:
+    """Lock the data directory, load the registry and index, import, write the
+    index snapshot, record the run in the audit log."""
+    from .server import INDEX_DIR, build_offline_service
+    from .store import DataDirLock
+
+    lock = DataDirLock.acquire(config.data_dir, "ans import")
+    try:
+        service, trusted = build_offline_service(config)
+        try:
+            total = sum(f.stat().st_size for f in files)
+            progress = Progress(total, progress_stream)
+            report = run_import(
+                service,
+                files,
+                trusted_jwks=list(trusted.jwks()["keys"]),
+                batch=batch,
+                workers=workers,
+                progress=progress,
+            )
+            report.snapshot = service.save_snapshot(config.data_dir / INDEX_DIR, force=True)
+            codes: dict[str, int] = {}
+            for r in report.refused:
+                codes[r.code] = codes.get(r.code, 0) + 1
+            service.audit.record(
+                "bulk_import",
+                files=[str(f) for f in files],
+                lines=report.lines,
+                imported=report.imported,
+                unchanged=report.unchanged,
+                refused=len(report.refused),
+                refused_by_code=codes,
+                batches=report.batches,
+                seconds=round(report.seconds, 3),
+                agents_per_s=round(report.rate, 1),
+                snapshot=report.snapshot,
+            )
+            progress.done(report)
+        finally:
+            service.audit.close()
+            service.store.close()
+    finally:
+        lock.release()
+    return report

@@ -1,0 +1,348 @@
+"""The compact in-memory registry: which agents are indexed, with the gate
+attributes DISCOVER filters and ranks on.
+
+One slot per indexed agent; the gate columns live in NumPy arrays by slot
+(trust tier int8, behavioral score float64, zone / org domain / required
+scope / signer kid as int32 codes into small interned tables) so a DISCOVER
+without an intent filters and ranks a million agents vectorized. Nothing
+else is kept per agent: result fields (job description, ...) are read from
+the store for the results actually returned (:mod:`ans.service`).
+
+It is a read-only ``Mapping[str, AgentEntry]`` (entries are built on
+access) in activation order, like the dict it replaces. Not thread-safe by
+itself: :class:`ans.service.AnsService` holds its lock around every call.
+"""
+
+from __future__ import annotations
+
+import heapq
+import sys
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ans.governance.policy import ZonePolicy, max_tier
+from ans.protocol.messages import DiscoverParams
+from ans.protocol.scope import AuthorityScope
+
+from .config import RankingWeights
+from .ranking import PRECISION, TIER_NORM, rank_score, sort_key
+from .store import IndexRow, StoredAgent, gate_columns
+
+# np.round and Python's round may differ by one unit in the last decimal on
+# half-way cases: candidates within this margin of the cut are re-scored
+# with ranking.rank_score, so the order and the scores are exactly Python's.
+_ROUND_MARGIN = 2.5 * 10.0**-PRECISION
+_TIER_NORM = np.array([np.nan, TIER_NORM[1], TIER_NORM[2], TIER_NORM[3]], dtype=np.float64)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentEntry:
+    """One indexed agent's gate attributes (no result fields: see the store)."""
+
+    canonical_id: str
+    lifecycle_state: str
+    trust_tier: int
+    behavioral_trust_score: float
+    governance_zone: str
+    org_domain: str  # lowercased
+    required_scope: str
+    signer_kid: str = ""
+
+    @classmethod
+    def from_stored(cls, agent: StoredAgent) -> AgentEntry:
+        tier, behavioral, zone, org, required = gate_columns(agent.manifest, agent.capabilities)
+        return cls(
+            canonical_id=agent.canonical_id,
+            lifecycle_state=agent.lifecycle_state,
+            trust_tier=tier,
+            behavioral_trust_score=behavioral,
+            governance_zone=zone,
+            org_domain=org,
+            required_scope=required,
+            signer_kid=agent.signer_kid,
+        )
+
+    @classmethod
+    def from_row(cls, row: IndexRow) -> AgentEntry:
+        return cls(
+            canonical_id=row.canonical_id,
+            lifecycle_state="Active",
+            trust_tier=int(row.trust_tier),
+            behavioral_trust_score=float(row.behavioral_trust_score),
+            governance_zone=row.governance_zone,
+            org_domain=row.org_domain,
+            required_scope=row.required_scope,
+            signer_kid=row.signer_kid,
+        )
+
+
+def result_fields(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The per-agent part of a DISCOVER result item, from the verified manifest
+    (key order is part of the byte output)."""
+    fields = {
+        "manifest_uri": manifest["manifest_uri"],
+        "canonical_id": manifest["canonical_id"],
+        "agent_label": manifest["agent_label"],
+        "org_domain": manifest["org_domain"],
+        "trust_tier": manifest["trust_tier"],
+        # Always the score from the verified manifest, never a self-asserted one.
+        "behavioral_trust_score": float(manifest["behavioral_trust_score"]),
+        "supported_methods": list(manifest["supported_methods"]),
+        "governance_zone": manifest["governance_zone"],
+        "job_description": manifest["job_description"],
+    }
+    if manifest["trust_tier"] == 2 and "trust_warning" in manifest:
+        fields["trust_warning"] = manifest["trust_warning"]
+    return fields
+
+
+class _Codes:
+    """An interned string table: value <-> small int code."""
+
+    def __init__(self) -> None:
+        self.values: list[str] = []
+        self.code_of: dict[str, int] = {}
+
+    def code(self, value: str) -> int:
+        c = self.code_of.get(value)
+        if c is None:
+            c = len(self.values)
+            value = sys.intern(value)
+            self.values.append(value)
+            self.code_of[value] = c
+        return c
+
+
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """One gate-passing local agent with its exact scores."""
+
+    rank_score: float
+    capability_match_score: float
+    canonical_id: str
+
+
+class Registry(Mapping[str, AgentEntry]):
+    """canonical_id -> slot, plus the gate columns by slot."""
+
+    def __init__(self, weights: RankingWeights) -> None:
+        self._weights = weights
+        self._slot_of: dict[str, int] = {}
+        self._ids: list[str | None] = []
+        self._free: list[int] = []
+        self._zones, self._orgs, self._scopes, self._kids = _Codes(), _Codes(), _Codes(), _Codes()
+        self._tier = np.zeros(0, dtype=np.int8)
+        self._behavioral = np.zeros(0, dtype=np.float64)
+        self._score0 = np.zeros(0, dtype=np.float64)  # exact rank_score with no capability match
+        self._zone = np.zeros(0, dtype=np.int32)
+        self._org = np.zeros(0, dtype=np.int32)
+        self._scope = np.zeros(0, dtype=np.int32)
+        self._kid = np.zeros(0, dtype=np.int32)
+        self._valid = np.zeros(0, dtype=bool)
+        # per (zone, tier): how many agents could pass the gates at most
+        self.gate_counts: Counter[tuple[str, int]] = Counter()
+        self._score0_cache: dict[tuple[int, float], float] = {}
+
+    # -- Mapping -------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._slot_of)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._slot_of)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._slot_of
+
+    def __getitem__(self, canonical_id: str) -> AgentEntry:
+        return self._entry(self._slot_of[canonical_id])
+
+    def _entry(self, slot: int) -> AgentEntry:
+        cid = self._ids[slot]
+        assert cid is not None
+        return AgentEntry(
+            canonical_id=cid,
+            lifecycle_state="Active",
+            trust_tier=int(self._tier[slot]),
+            behavioral_trust_score=float(self._behavioral[slot]),
+            governance_zone=self._zones.values[self._zone[slot]],
+            org_domain=self._orgs.values[self._org[slot]],
+            required_scope=self._scopes.values[self._scope[slot]],
+            signer_kid=self._kids.values[self._kid[slot]],
+        )
+
+    def signer_kids(self) -> list[str]:
+        """The governance key ids that signed the indexed agents, sorted."""
+        n = len(self._ids)
+        used = np.unique(self._kid[:n][self._valid[:n]])
+        return sorted(self._kids.values[int(c)] for c in used)
+
+    # -- mutation --------------------------------------------------------------------
+    def _grow(self, need: int) -> None:
+        cap = self._tier.shape[0]
+        if need <= cap:
+            return
+        new = max(64, cap * 2, need)
+
+        def grow(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
+            out = np.zeros(new, dtype=a.dtype)
+            out[:cap] = a
+            return out
+
+        self._tier, self._behavioral, self._score0 = (
+            grow(self._tier),
+            grow(self._behavioral),
+            grow(self._score0),
+        )
+        self._zone, self._org = grow(self._zone), grow(self._org)
+        self._scope, self._kid, self._valid = grow(self._scope), grow(self._kid), grow(self._valid)
+
+    def _score0_of(self, tier: int, behavioral: float) -> float:
+        key = (tier, behavioral)
+        s = self._score0_cache.get(key)
+        if s is None:
+            s = rank_score(self._weights, tier, behavioral, 0.0)
+            if len(self._score0_cache) < 100_000:
+                self._score0_cache[key] = s
+        return s
+
+    def put(self, entry: AgentEntry) -> None:
+        self.put_many([entry])
+
+    def put_many(self, entries: Sequence[AgentEntry | IndexRow]) -> None:
+        """Index (or re-index) agents; vectorized column writes."""
+        if not entries:
+            return
+        slots = np.empty(len(entries), dtype=np.int64)
+        cols: list[list[Any]] = [[] for _ in range(7)]
+        for i, e in enumerate(entries):
+            cid = e.canonical_id
+            slot = self._slot_of.get(cid)
+            if slot is not None:
+                old = (self._zones.values[self._zone[slot]], int(self._tier[slot]))
+                self.gate_counts[old] -= 1
+            else:
+                if self._free:
+                    slot = self._free.pop()
+                else:
+                    slot = len(self._ids)
+                    self._ids.append(None)
+                    self._grow(len(self._ids))
+                cid = sys.intern(cid) if len(cid) <= 64 else cid
+                self._slot_of[cid] = slot
+                self._ids[slot] = cid
+            slots[i] = slot
+            tier, behavioral = int(e.trust_tier), float(e.behavioral_trust_score)
+            cols[0].append(tier)
+            cols[1].append(behavioral)
+            cols[2].append(self._score0_of(tier, behavioral))
+            cols[3].append(self._zones.code(e.governance_zone))
+            cols[4].append(self._orgs.code(e.org_domain))
+            cols[5].append(self._scopes.code(e.required_scope))
+            cols[6].append(self._kids.code(e.signer_kid))
+            self.gate_counts[(e.governance_zone, tier)] += 1
+        self._tier[slots] = cols[0]
+        self._behavioral[slots] = cols[1]
+        self._score0[slots] = cols[2]
+        self._zone[slots] = cols[3]
+        self._org[slots] = cols[4]
+        self._scope[slots] = cols[5]
+        self._kid[slots] = cols[6]
+        self._valid[slots] = True
+
+    def remove(self, canonical_id: str) -> bool:
+        slot = self._slot_of.pop(canonical_id, None)
+        if slot is None:
+            return False
+        self.gate_counts[(self._zones.values[self._zone[slot]], int(self._tier[slot]))] -= 1
+        self._valid[slot] = False
+        self._ids[slot] = None
+        self._free.append(slot)
+        return True
+
+    # -- DISCOVER --------------------------------------------------------------------
+    def gate_mask(
+        self, params: DiscoverParams, scope: AuthorityScope, zones: ZonePolicy
+    ) -> npt.NDArray[np.bool_]:
+        """Which slots pass every hard gate (ans.governance.policy.passes_gates, vectorized)."""
+        n = len(self._ids)
+        mask: npt.NDArray[np.bool_] = self._valid[:n] & (self._tier[:n] <= max_tier(params))
+        if params.behavioral_trust_min is not None:
+            mask &= self._behavioral[:n] >= params.behavioral_trust_min
+        if params.governance_zone is not None:
+            code = self._zones.code_of.get(params.governance_zone)
+            if code is None:
+                return np.zeros(n, dtype=bool)
+            mask &= self._zone[:n] == code
+        if params.org_domain is not None:
+            code = self._orgs.code_of.get(params.org_domain)
+            if code is None:
+                return np.zeros(n, dtype=bool)
+            mask &= self._org[:n] == code
+        granted = np.array([zones.granted(z, scope) for z in self._zones.values], dtype=bool)
+        if not granted.all():
+            mask &= granted[self._zone[:n]]
+        return mask
+
+    def slots_of(self, canonical_ids: Iterable[str]) -> npt.NDArray[np.int64]:
+        """Slot per id (-1 for ids not indexed)."""
+        get = self._slot_of.get
+        return np.fromiter((get(c, -1) for c in canonical_ids), dtype=np.int64)
+
+    def rank(
+        self,
+        slots: npt.NDArray[np.int64],
+        cms: npt.NDArray[np.float64] | None,
+        limit: int | None,
+    ) -> list[Ranked]:
+        """The best ``limit`` (all when None) of ``slots`` by exact rank_score,
+        ties by canonical_id ascending (ranking.sort_key). ``cms`` is each
+        slot's capability_match_score; None means 0 for all (no intent)."""
+        n = len(slots)
+        if n == 0:
+            return []
+        if cms is None:
+            approx = self._score0[slots]
+            margin = 0.0
+        else:
+            w = self._weights
+            raw = (
+                w.trust_tier * _TIER_NORM[self._tier[slots]]
+                + w.behavioral_trust * self._behavioral[slots]
+                + w.capability_match * cms
+            )
+            approx = np.round(raw, PRECISION)
+            margin = _ROUND_MARGIN
+        if limit is not None and n > limit:
+            kth = np.partition(approx, n - limit)[n - limit]
+            cand = np.nonzero(approx >= kth - margin)[0]
+        else:
+            cand = np.arange(n)
+        ids = self._ids
+        out: list[Ranked] = []
+        if cms is None:
+            for i, s in zip(cand.tolist(), approx[cand].tolist(), strict=True):
+                cid = ids[int(slots[i])]
+                assert cid is not None
+                out.append(Ranked(s, 0.0, cid))
+        else:
+            w = self._weights
+            tiers = self._tier[slots[cand]].tolist()
+            behav = self._behavioral[slots[cand]].tolist()
+            for i, t, b in zip(cand.tolist(), tiers, behav, strict=True):
+                cid = ids[int(slots[i])]
+                assert cid is not None
+                c = float(cms[i])
+                out.append(Ranked(rank_score(w, t, b, c), c, cid))
+
+        def key(r: Ranked) -> tuple[float, str]:
+            return sort_key(r.rank_score, r.canonical_id)
+
+        if limit is not None and len(out) > 4 * limit:
+            return heapq.nsmallest(limit, out, key=key)
+        out.sort(key=key)
+        return out if limit is None else out[:limit]

@@ -1,0 +1,297 @@
+"""The capability index at scale: CSR postings under churn, bulk equals one-by-one,
+approximate (FAISS) mode against the exhaustive path, snapshots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ans.ann import AnnSettings
+from ans.matcher import CapabilityIndex, CapabilityProfile, Example, profile_from
+from ans.postings import SlotPostings
+
+DOMAINS = {
+    "audit": "audit solidity smart contracts reentrancy overflow security findings report",
+    "invoice": "invoice processing accounts payable vendor payments reconciliation ledger",
+    "legal": "contract law review clauses liability indemnity jurisdiction counsel",
+    "radiology": "radiology report triage imaging scans findings urgent clinicians",
+    "travel": "travel booking flights hotels itinerary visas airline loyalty",
+    "translate": "translation localization languages glossary subtitles documents",
+    "forecast": "supply chain demand forecasting inventory warehouses logistics",
+    "support": "customer support tickets triage chatbot refunds escalation",
+    "tax": "tax filing returns deductions payroll compliance deadlines",
+    "fraud": "fraud detection transactions anomalies chargebacks risk scoring",
+}
+
+
+def make_profiles(n: int, seed: int = 7) -> list[CapabilityProfile]:
+    rng = np.random.default_rng(seed)
+    names = sorted(DOMAINS)
+    out = []
+    for i in range(n):
+        d = names[int(rng.integers(len(names)))]
+        words = DOMAINS[d].split()
+        pick = lambda k: " ".join(rng.choice(words, size=k, replace=True).tolist())  # noqa: E731
+        manifest = {
+            "canonical_id": f"{i:064x}",
+            "agent_label": f"{d.title()}Agent{i}",
+            "job_description": f"{pick(8)}. Also {pick(5)}.",
+            "supported_methods": ["QUERY"],
+        }
+        caps: dict[str, Any] = {
+            "tags": [d, words[int(rng.integers(len(words)))]],
+            "tools": [{"name": pick(2)}],
+            "examples": [{"id": f"ex-{k}", "text": f"please {pick(6)}"} for k in range(3)],
+        }
+        out.append(profile_from(manifest, caps))
+    return out
+
+
+QUERIES = [
+    "audit my solidity contract for reentrancy",
+    "reconcile vendor invoices with the ledger",
+    "review indemnity clauses in a contract",
+    "triage urgent radiology scans",
+    "book flights and hotels for a trip",
+    "translate documents and subtitles",
+    "forecast warehouse inventory demand",
+    "escalate customer refund tickets",
+    "file payroll tax returns before deadlines",
+    "score transactions for fraud risk and chargebacks",
+]
+
+
+def top(idx: CapabilityIndex, q: str, k: int, **kw: Any) -> list[str]:
+    got = idx.query(q, None, **kw).above(0.0)
+    return [c for c, _ in sorted(got.items(), key=lambda t: (-t[1], t[0]))][:k]
+
+
+# -- postings -----------------------------------------------------------------------
+
+
+def test_slot_postings_match_a_dict_under_churn() -> None:
+    rng = np.random.default_rng(3)
+    p = SlotPostings(width=2)
+    truth: dict[int, dict[int, bytes]] = {}
+    keys = [p.intern(f"w{i}") for i in range(12)]
+    for step in range(600):
+        op = rng.random()
+        slot = int(rng.integers(0, 40))
+        doc = {
+            k: bytes(rng.integers(1, 9, 2).tolist())
+            for k in rng.choice(keys, size=int(rng.integers(1, 5)), replace=False).tolist()
+        }
+        if op < 0.25:
+            p.remove(slot)
+            truth.pop(slot, None)
+        elif op < 0.6:
+            p.put(slot, doc)
+            truth[slot] = doc
+        elif op < 0.9:
+            slots = sorted({slot, int(rng.integers(0, 40))})
+            docs = [doc, {keys[0]: b"\x01\x02"}][: len(slots)]
+            p.add_many(slots, docs)
+            truth.update(dict(zip(slots, docs, strict=True)))
+        else:
+            p.compact()
+        if step % 25 == 0:
+            for k in keys:
+                slots, payload = p.postings(k)
+                got = {int(s): bytes(row.tolist()) for s, row in zip(slots, payload, strict=True)}
+                want = {s: d[k] for s, d in truth.items() if k in d}
+                assert got == want, (step, k)
+
+
+# -- bulk and one by one ------------------------------------------------------------
+
+
+def test_upsert_many_scores_like_one_by_one(embedder: Any) -> None:
+    profiles = make_profiles(120)
+    one = CapabilityIndex(embedder)
+    for p in profiles:
+        one.upsert(p)
+    bulk = CapabilityIndex(embedder)
+    bulk.upsert_many(list(zip(profiles, bulk.embed_profiles(profiles), strict=True)))
+    for q in QUERIES[:4]:
+        a, b = one.query(q, None), bulk.query(q, None)
+        assert a.above(0.0) == b.above(0.0)
+
+
+# -- approximate mode -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def big(embedder: Any) -> tuple[CapabilityIndex, list[CapabilityProfile]]:
+    profiles = make_profiles(1500)
+    idx = CapabilityIndex(embedder, settings=AnnSettings(exact_max=400, candidates=64, nprobe=8))
+    idx.upsert_many(list(zip(profiles, idx.embed_profiles(profiles), strict=True)))
+    return idx, profiles
+
+
+def test_above_exact_max_the_index_goes_approximate(
+    big: tuple[CapabilityIndex, list[CapabilityProfile]], embedder: Any
+) -> None:
+    idx, _ = big
+    assert idx.approximate and idx.describe()["mode"] == "approximate"
+    small = CapabilityIndex(embedder, settings=AnnSettings(exact_max=400))
+    small.upsert_many(
+        list(zip(make_profiles(50), small.embed_profiles(make_profiles(50)), strict=True))
+    )
+    assert not small.approximate and small.describe()["mode"] == "exact"
+
+
+def test_approximate_top_results_agree_with_exhaustive(
+    big: tuple[CapabilityIndex, list[CapabilityProfile]],
+) -> None:
+    idx, _ = big
+    overlap = []
+    for q in QUERIES:
+        approx = idx.query(q, None)
+        exact = idx.query(q, None, exhaustive=True)
+        assert not approx.exhaustive and exact.exhaustive
+        assert len(approx.ids) < len(exact.ids)  # only candidates were scored
+        a = top(idx, q, 20)
+        e = top(idx, q, 20, exhaustive=True)
+        overlap.append(len(set(a) & set(e)) / 20)
+        # a candidate's score is the same number on both paths
+        for cid in a[:5]:
+            assert approx.score(cid) == exact.score(cid)
+    assert np.mean(overlap) >= 0.9, overlap
+
+
+def test_removed_agents_leave_the_approximate_index(
+    big: tuple[CapabilityIndex, list[CapabilityProfile]],
+) -> None:
+    idx, profiles = big
+    q = QUERIES[0]
+    first = top(idx, q, 5)
+    for cid in first:
+        idx.remove(cid)
+    try:
+        again = top(idx, q, 50)
+        assert not set(first) & set(again)
+        assert len(again) == 50
+    finally:
+        by_id = {p.canonical_id: p for p in profiles}
+        for cid in first:
+            idx.upsert(by_id[cid])
+    assert top(idx, q, 5) == first  # back, with the same scores
+
+
+def test_score_of_a_non_candidate_is_computed(
+    big: tuple[CapabilityIndex, list[CapabilityProfile]],
+) -> None:
+    idx, _ = big
+    res = idx.query(QUERIES[0], None)
+    outsider = next(c for c in idx.ids() if c not in set(res.ids))
+    exact = idx.query(QUERIES[0], None, exhaustive=True)
+    assert res.score(outsider) == exact.score(outsider)
+
+
+def test_capability_domains_rescore_candidates_from_profiles(embedder: Any) -> None:
+    profiles = make_profiles(300)
+    by_id = {p.canonical_id: p for p in profiles}
+    asked: list[int] = []
+
+    def source(ids: Any) -> dict[str, CapabilityProfile]:
+        asked.append(len(ids))
+        return {c: by_id[c] for c in ids if c in by_id}
+
+    idx = CapabilityIndex(embedder, profile_source=source, settings=AnnSettings(candidates=40))
+    idx.upsert_many(list(zip(profiles, idx.embed_profiles(profiles), strict=True)))
+    ref = CapabilityIndex(embedder)  # keeps profiles: exhaustive per-facet reference
+    ref.upsert_many(list(zip(profiles, ref.embed_profiles(profiles), strict=True)))
+    got = idx.query(QUERIES[0], ("tools",))
+    assert asked and max(asked) < len(profiles)  # only candidates were re-embedded
+    want = ref.query(QUERIES[0], ("tools",), exhaustive=True)
+    best = sorted(got.above(0.0).items(), key=lambda t: (-t[1], t[0]))[:5]
+    for cid, s in best:
+        assert s == pytest.approx(want.score(cid), abs=1e-6)
+
+
+# -- snapshots --------------------------------------------------------------------------
+
+
+def test_snapshot_round_trip_gives_identical_scores(
+    tmp_path: Path, big: tuple[CapabilityIndex, list[CapabilityProfile]], embedder: Any
+) -> None:
+    idx, profiles = big
+    by_id = {p.canonical_id: p for p in profiles}
+    idx.save(tmp_path / "index", {"change_seq": 42})
+    loaded = CapabilityIndex.load(
+        tmp_path / "index",
+        embedder,
+        settings=idx.settings,
+        profile_source=lambda ids: {c: by_id[c] for c in ids if c in by_id},
+    )
+    assert loaded is not None
+    again, meta = loaded
+    assert meta == {"change_seq": 42}
+    assert again.approximate and len(again) == len(idx)
+    for q in QUERIES[:5]:
+        a, b = idx.query(q, None, evidence=True), again.query(q, None, evidence=True)
+        assert a.above(0.0) == b.above(0.0)
+        cid = top(idx, q, 1)[0]
+        assert a.evidence(cid) == b.evidence(cid)
+    # a loaded index keeps taking changes
+    new = make_profiles(1, seed=99)[0]
+    new = CapabilityProfile(f"{'f' * 64}", new.facets, new.tags, new.examples)
+    again.upsert(new)
+    assert again.query(QUERIES[0], None, only=[new.canonical_id]).ids == [new.canonical_id]
+
+
+def test_exact_snapshot_round_trip(tmp_path: Path, embedder: Any) -> None:
+    profiles = make_profiles(80)
+    idx = CapabilityIndex(embedder)
+    idx.upsert_many(list(zip(profiles, idx.embed_profiles(profiles), strict=True)))
+    idx.remove(profiles[3].canonical_id)
+    idx.save(tmp_path / "ix", {})
+    loaded = CapabilityIndex.load(tmp_path / "ix", embedder)
+    assert loaded is not None
+    again = loaded[0]
+    assert not again.approximate and sorted(again.ids()) == sorted(idx.ids())
+    assert again.query(QUERIES[1], None).above(0.0) == idx.query(QUERIES[1], None).above(0.0)
+    # the freed slot is reused, not confused with the removed agent
+    again.upsert(profiles[3])
+    assert profiles[3].canonical_id in again.query(QUERIES[1], None).above(0.0)
+
+
+def test_unusable_snapshots_are_refused(tmp_path: Path, embedder: Any) -> None:
+    assert CapabilityIndex.load(tmp_path / "absent", embedder) is None
+    idx = CapabilityIndex(embedder)
+    idx.upsert(CapabilityProfile("a" * 64, {"description": "x"}, (), (Example("e", "audit code"),)))
+    idx.save(tmp_path / "ix", {})
+    (tmp_path / "ix" / "arrays.npz").write_bytes(b"not a zip")
+    assert CapabilityIndex.load(tmp_path / "ix", embedder) is None
+    idx.save(tmp_path / "iy", {})
+
+    class Other:
+        dim = embedder.dim
+        fingerprint = "another-model"
+
+    assert CapabilityIndex.load(tmp_path / "iy", Other()) is None  # type: ignore[arg-type]
+
+
+# -- configuration ------------------------------------------------------------------
+
+
+def test_index_section_of_the_config(tmp_path: Path) -> None:
+    from ans.config import ConfigError, load
+
+    cfg = tmp_path / "ans.toml"
+    cfg.write_text("[index]\nexact_max = 5000\nnprobe = 32\ncandidates = 128\n")
+    got = load(cfg).index
+    assert (got.exact_max, got.nprobe, got.candidates) == (5000, 32, 128)
+    assert load(None).index == AnnSettings()
+    for body, needle in (
+        ("[index]\nflat = true\n", "unknown key"),
+        ('[index]\nnprobe = "8"\n', "integer"),
+        ("[index]\ncandidates = 1\n", "must be in"),
+        ("index = 3\n", "must be a table"),
+    ):
+        cfg.write_text(body)
+        with pytest.raises(ConfigError, match=needle):
+            load(cfg)
