@@ -48,10 +48,10 @@ def plot(results: dict[str, Any], out: Path) -> None:
 
     sizes = sorted(int(n) for n, s in results["sizes"].items() if s.get("levels"))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
-    styles = {"p50_ms": "-", "p90_ms": "--", "p99_ms": ":"}
+    styles = {"p50_ms": ("-", "o"), "p90_ms": ("--", "s"), "p99_ms": (":", "^")}
     for ax, c in zip(axes, ("1", "16"), strict=True):
         for who, color in (("ours", "tab:blue"), ("floor", "tab:gray")):
-            for key, style in styles.items():
+            for key, (style, marker) in styles.items():
                 xs, ys = [], []
                 for n in sizes:
                     lv = results["sizes"][str(n)]["levels"].get(c)
@@ -59,7 +59,7 @@ def plot(results: dict[str, Any], out: Path) -> None:
                         xs.append(n)
                         ys.append(lv[who][key])
                 if xs:
-                    ax.plot(xs, ys, style, marker="o", color=color,
+                    ax.plot(xs, ys, style, marker=marker, color=color,
                             label=f"{'ANS' if who == 'ours' else 'floor'} {key[:3]}")
         ax.set_xscale("log")
         ax.set_yscale("log")
