@@ -368,7 +368,7 @@ def bench_size(n: int, args: argparse.Namespace, synth: Any, source: str) -> dic
         res["response_bytes"] = len(body)
         floor, floor_url = start_floor(floor_body, config)
         levels: dict[str, Any] = {}
-        sig = {"checked": 0, "failed": 0, "failures": []}
+        sig: dict[str, Any] = {"checked": 0, "failed": 0, "failures": []}
         for c in args.levels:
             common = {"concurrency": c, "warmup": args.warmup, "duration": args.duration}
             sample = run / f"samples-c{c}.jsonl"
@@ -447,7 +447,7 @@ def machine() -> dict[str, Any]:
                 ram_gb = round(int(line.split()[1]) / 1024 / 1024, 1)
     except OSError:
         pass
-    versions = {}
+    versions: dict[str, str | None] = {}
     for dist in ("ans-agtp", "hypercorn", "h2", "faiss-cpu", "wordllama", "numpy", "orjson",
                  "cryptography"):
         try:
