@@ -4,9 +4,8 @@
 
 Per catalog size N:
 
-1. catalog: ``python -m ans.synth --agents N --seed S --out DIR`` (or the
-   stand-in ``bench/_standin_catalog.py`` while ans.synth is absent), cached
-   under ``--cache`` (default /tmp/ans-bench) by source, N and seed;
+1. catalog: ``python -m ans.synth --agents N --seed S --out DIR``, cached
+   under ``--cache`` (default /tmp/ans-bench) by N and seed;
 2. load: ``ans import`` into a fresh data dir (or, while that command is
    absent, ACTIVATE over HTTP/2 from the load client at concurrency 16);
    agents/s;
@@ -73,30 +72,18 @@ def log(msg: str) -> None:
 
 
 def synth_module() -> tuple[Any, str]:
-    """ans.synth when it exists, else the stand-in (same formats and API)."""
-    try:
-        mod = importlib.import_module("ans.synth")
-        if hasattr(mod, "unique_agent") and hasattr(mod, "load_or_create_key"):
-            return mod, "ans.synth"
-    except ImportError:
-        pass
-    sys.path.insert(0, str(BENCH))
-    return importlib.import_module("_standin_catalog"), "bench/_standin_catalog.py"
+    """The catalog generator: ``ans.synth`` (formats and API in its docstring)."""
+    return importlib.import_module("ans.synth"), "ans.synth"
 
 
 def ensure_catalog(n: int, seed: int, cache: Path, source: str) -> tuple[Path, float | None]:
-    tag = "synth" if source == "ans.synth" else "standin"
-    out = cache / f"catalog-{tag}-{n}-s{seed}"
+    out = cache / f"catalog-synth-{n}-s{seed}"
     done = out / ".complete"
     if done.is_file():
         return out, None
     if out.exists():
         shutil.rmtree(out)
-    if source == "ans.synth":
-        cmd = [PY, "-m", "ans.synth", "--agents", str(n), "--seed", str(seed), "--out", str(out)]
-    else:
-        cmd = [PY, str(BENCH / "_standin_catalog.py"), "--agents", str(n), "--seed", str(seed),
-               "--out", str(out)]
+    cmd = [PY, "-m", source, "--agents", str(n), "--seed", str(seed), "--out", str(out)]
     log(f"generating catalog: {' '.join(cmd[1:])}")
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True)
