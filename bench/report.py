@@ -1,0 +1,204 @@
+"""Turn the load benchmark's results JSON into docs/benchmarks.md and its plot.
+
+    .venv/bin/python bench/report.py [--results bench/results/load.json] [--docs docs]
+
+Writes ``docs/benchmarks.md`` (figures per catalog size and concurrency, ours
+beside the floor, the machine, the commands, the issue's targets against what
+was measured) and ``docs/benchmarks-latency.png``: p50/p90/p99 latency (ms,
+log y) against catalog size (log x) at concurrency 1 and 16, ours vs floor
+(matplotlib, Agg backend). Everything comes from the results file, so the page
+matches what ``bench/load.py`` printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PLOT_NAME = "benchmarks-latency.png"
+
+
+def fmt(v: Any, unit: str = "") -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        text = f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+    elif isinstance(v, int):
+        text = f"{v:,}"
+    else:
+        text = str(v)
+    return text + unit
+
+
+def size_label(n: int) -> str:
+    return f"{n // 1_000_000}M" if n >= 1_000_000 and n % 1_000_000 == 0 else (
+        f"{n // 1000}k" if n % 1000 == 0 else str(n)
+    )
+
+
+def plot(results: dict[str, Any], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = sorted(int(n) for n, s in results["sizes"].items() if s.get("levels"))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
+    styles = {"p50_ms": ("-", "o"), "p90_ms": ("--", "s"), "p99_ms": (":", "^")}
+    for ax, c in zip(axes, ("1", "16"), strict=True):
+        for who, color in (("ours", "tab:blue"), ("floor", "tab:gray")):
+            for key, (style, marker) in styles.items():
+                xs, ys = [], []
+                for n in sizes:
+                    lv = results["sizes"][str(n)]["levels"].get(c)
+                    if lv and lv[who].get(key):
+                        xs.append(n)
+                        ys.append(lv[who][key])
+                if xs:
+                    ax.plot(xs, ys, style, marker=marker, color=color,
+                            label=f"{'ANS' if who == 'ours' else 'floor'} {key[:3]}")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xticks(sizes, [size_label(n) for n in sizes])
+        ax.set_xlabel("registered agents")
+        ax.set_title(f"DISCOVER latency, concurrency {c}")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel("latency (ms)")
+    axes[1].legend(fontsize=8, loc="best")
+    m = results["machine"]
+    fig.suptitle(f"ANS vs floor ({m['cores']} cores, {m['cpu']})", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def markdown(results: dict[str, Any], plot_name: str) -> str:
+    m = results["machine"]
+    st = results["settings"]
+    lines = [
+        "# Benchmarks",
+        "",
+        "How fast ANS answers DISCOVER at a given catalog size on one small machine, "
+        "always next to a **floor** measured in the same run: a minimal hypercorn app "
+        "served exactly like ANS (h2c, same hypercorn settings) that answers every "
+        "DISCOVER with a fixed, real signed ANS answer. The ratio ours/floor is what "
+        "survives noisy machines.",
+        "",
+        "## Command",
+        "",
+        "```sh",
+        "make install",
+        ".venv/bin/python bench/load.py --agents 10000,100000   # writes bench/results/load.json",
+        ".venv/bin/python bench/report.py                        # writes this page and the plot",
+        ".venv/bin/python bench/load.py --quick                  # CI: 10k, 2 s/level, c=1,16;"
+        " fails on errors only",
+        "```",
+        "",
+        f"These figures: `{results['command']}` at {results['generated_at']}, "
+        f"commit `{m['git_commit']}`.",
+        "",
+        "## Method",
+        "",
+        f"- Catalog: `{st['catalog_source']}` (`--seed {st['seed']}`), loaded with the "
+        "import method named below; the server runs with "
+        f"`{st['server_config'].replace(chr(10), ' ')}` (no rate limit) and trusts the "
+        "catalog's governance key.",
+        f"- Load: {st['client']}, its own process; closed loop at fixed concurrency "
+        f"{', '.join(map(str, st['levels']))}; {st['warmup_s']} s warm-up, then "
+        f"{st['duration_s']} s timed; the parameters cycle through the catalog's "
+        "`queries.jsonl`. Every completion in the timed period is recorded.",
+        "- Floor: `bench/floor_app.py`, same hypercorn config, reads the request body, "
+        "answers with the ANS answer captured at the start of the run (same size, same "
+        "headers). Ours and floor alternate per level.",
+        f"- ACTIVATE throughput: {st['activate_agents']} fresh agents, signed before the "
+        "clock starts, at concurrency 16. ACTIVATE→visibility: for "
+        f"{st['visibility_agents']} unique agents, the time from the ACTIVATE 200 to the "
+        "first DISCOVER answer that lists the agent.",
+        "- Cold start: spawn of `ans serve` to the first 200 on `GET /healthz`. "
+        "Peak RSS: `VmHWM` of the server process at the end.",
+        "- A sample of DISCOVER answers per level is verified against the server's "
+        "`/.well-known/jwks.json` (ES256 signature and `query_digest`).",
+        "",
+        f"![latency vs catalog size]({plot_name})",
+        "",
+        "## DISCOVER: ANS vs floor",
+        "",
+        "| agents | c | ANS req/s | p50 ms | p90 ms | p99 ms | floor req/s | floor p50 | "
+        "floor p99 | ratio |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for n, s in results["sizes"].items():
+        for c, lv in s.get("levels", {}).items():
+            o, f = lv["ours"], lv["floor"]
+            lines.append(
+                f"| {size_label(int(n))} | {c} | {fmt(o['rps'])} | {fmt(o['p50_ms'])} | "
+                f"{fmt(o['p90_ms'])} | {fmt(o['p99_ms'])} | {fmt(f['rps'])} | "
+                f"{fmt(f['p50_ms'])} | {fmt(f['p99_ms'])} | {fmt(lv['ratio'])} |"
+            )
+    lines += [
+        "",
+        "## Loading, ACTIVATE, memory",
+        "",
+        "| agents | import | import agents/s | cold start s | ACTIVATE/s (c=16) | "
+        "visible p50 / max ms | peak RSS MB | answer bytes | signatures checked |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for n, s in results["sizes"].items():
+        imp = s.get("import", {})
+        vis = s.get("visibility", {})
+        sig = s.get("signatures", {})
+        lines.append(
+            f"| {size_label(int(n))} | {imp.get('method', '-')} | {fmt(imp.get('agents_per_s'))} "
+            f"| {fmt(s.get('cold_start_s'))} | {fmt(s.get('activate', {}).get('rps'))} | "
+            f"{fmt(vis.get('p50_ms'))} / {fmt(vis.get('max_ms'))} | {fmt(s.get('peak_rss_mb'))} "
+            f"| {fmt(s.get('response_bytes'))} | {sig.get('checked', 0)} "
+            f"({sig.get('failed', 0)} failed) |"
+        )
+    lines += [
+        "",
+        "## Targets (issue 5) vs measured",
+        "",
+        "| target | goal | measured | at | |",
+        "|---|---|---:|---|---|",
+    ]
+    for t in results["targets"]:
+        met = {True: "met", False: "**not met**", None: "not measured here"}[t["met"]]
+        lines.append(f"| {t['target']} | {t['goal']} | {fmt(t['measured'])} | {t['at']} | {met} |")
+    if results.get("problems"):
+        lines += ["", "## Errors in this run", ""]
+        lines += [f"- {p}" for p in results["problems"]]
+    pk = m["packages"]
+    lines += [
+        "",
+        "## Machine",
+        "",
+        f"- CPU: {m['cpu']}, {m['cores']} cores; RAM {m['ram_gb']} GB; {m['os']}",
+        f"- Python {m['python']}; " + ", ".join(f"{k} {v}" for k, v in pk.items() if v),
+        "- `h2load` cross-check: "
+        + (m["h2load"] if m.get("h2load") else "not available (nghttp2-client not installed)"),
+        "- The machine is shared (other benchmarks may run at the same time); the "
+        "floor is measured in the same run for that reason.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--results", type=Path, default=ROOT / "bench" / "results" / "load.json")
+    ap.add_argument("--docs", type=Path, default=ROOT / "docs")
+    args = ap.parse_args(argv)
+    results = json.loads(args.results.read_text(encoding="utf-8"))
+    args.docs.mkdir(parents=True, exist_ok=True)
+    plot(results, args.docs / PLOT_NAME)
+    (args.docs / "benchmarks.md").write_text(markdown(results, PLOT_NAME), encoding="utf-8")
+    print(f"wrote {args.docs / 'benchmarks.md'} and {args.docs / PLOT_NAME}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
