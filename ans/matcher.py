@@ -300,6 +300,26 @@ class QueryScores:
                 out[cid] = score
         return out
 
+    def above_arrays(self, floor: float) -> tuple[list[str], npt.NDArray[np.float64]]:
+        """The candidates whose capability_match_score is at least ``floor``, as
+        (canonical ids, unrounded scores clipped to [0, 1]): the same set as
+        :meth:`above` without building a dict; ``round(score, 6)`` of an entry
+        is its :meth:`above` value."""
+        keep = np.nonzero(self.final >= floor - 1e-7)[0]
+        values = np.clip(self.final[keep], 0.0, 1.0).astype(np.float64)
+        near = np.abs(values - floor) <= 2e-6  # Python's rounding decides these
+        ok = values >= floor
+        for i in np.nonzero(near)[0].tolist():
+            ok[i] = round(float(values[i]), PRECISION) >= floor
+        ids = self.ids
+        chosen = keep[ok]
+        out_ids = [ids[i] for i in chosen.tolist()]
+        live = [i for i, c in enumerate(out_ids) if c is not None]
+        if len(live) != len(out_ids):
+            chosen, values = chosen[live], values[ok][live]
+            return [c for c in out_ids if c is not None], values
+        return out_ids, values[ok]
+
     def score(self, canonical_id: str) -> float:
         """capability_match_score of one indexed agent whatever the floor (0 if absent)."""
         i = self._position(canonical_id)

@@ -316,6 +316,7 @@ class Registry(Mapping[str, AgentEntry]):
                 + w.capability_match * cms
             )
             approx = np.round(raw, PRECISION)
+            # cms may be unrounded (<= 5e-7 from its 6-decimal value): still inside the margin
             margin = _ROUND_MARGIN
         if limit is not None and n > limit:
             kth = np.partition(approx, n - limit)[n - limit]
@@ -336,7 +337,7 @@ class Registry(Mapping[str, AgentEntry]):
             for i, t, b in zip(cand.tolist(), tiers, behav, strict=True):
                 cid = ids[int(slots[i])]
                 assert cid is not None
-                c = float(cms[i])
+                c = round(float(cms[i]), PRECISION)
                 out.append(Ranked(rank_score(w, t, b, c), c, cid))
 
         def key(r: Ranked) -> tuple[float, str]:

@@ -446,7 +446,7 @@ class AnsService:
             matched = self.matcher.query(
                 p.intent, p.capability_domains, evidence=p.include_evidence
             )
-            scores = matched.above(self.config.min_capability_match)
+            ids, unrounded = matched.above_arrays(self.config.min_capability_match)
         # Routing needs every gate-passing candidate; otherwise the best `limit`.
         limit = None if p.preferred_agent is not None else p.limit
         with self._lock:
@@ -456,8 +456,8 @@ class AnsService:
                 slots = np.nonzero(mask)[0]
                 cms = None
             else:
-                slots = registry.slots_of(scores)
-                cms = np.fromiter(scores.values(), dtype=np.float64, count=len(scores))
+                slots = registry.slots_of(ids)
+                cms = unrounded  # rank() rounds the ones it returns, as above() would
                 keep = slots >= 0
                 keep[keep] = mask[slots[keep]]
                 slots, cms = slots[keep], cms[keep]
