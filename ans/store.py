@@ -197,6 +197,13 @@ class SQLiteStore:
         if version in (1, 2):
             self._migrate_to_v3()
         self._db.execute("CREATE INDEX IF NOT EXISTS agents_by_change_seq ON agents (change_seq)")
+        # Covers iter_index_rows: the start-up scan reads this index only, never
+        # the rows with their manifest and capability blobs (GBs at 1M agents).
+        self._db.execute(
+            "CREATE INDEX IF NOT EXISTS agents_registry ON agents (lifecycle_state, "
+            "canonical_id, signer_kid, trust_tier, behavioral_trust_score, governance_zone, "
+            "org_domain, required_scope)"
+        )
         self._db.execute("INSERT OR IGNORE INTO meta VALUES ('change_seq', 0)")
         self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         self._rlock = threading.Lock()
