@@ -58,7 +58,9 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 PY = sys.executable
 ANS = str(Path(sys.executable).with_name("ans"))
-SERVER_CONFIG = "[rate_limit]\nenabled = false\n"
+# no rate limit (the client floods on purpose); no index freshness (synthetic agents
+# have no endpoints to DESCRIBE)
+SERVER_CONFIG = "[rate_limit]\nenabled = false\n\n[freshness]\nenabled = false\n"
 VISIBILITY_AGENTS = 50
 SAMPLE = 20
 TARGETS_DOC = "issue 5 targets (2-core machine, default embedder)"
@@ -301,15 +303,21 @@ def bench_size(n: int, args: argparse.Namespace, synth: Any, source: str) -> dic
     jwks = catalog / "governance.jwks.json"
     queries = [json.loads(x) for x in (catalog / "queries.jsonl").read_text().splitlines() if x]
     run = args.cache / f"run-{n}"
-    if run.exists():
+    marker = run / "data" / ".imported.json"
+    reuse = args.reuse_import and marker.is_file()
+    if run.exists() and not reuse:
         shutil.rmtree(run)
-    run.mkdir(parents=True)
+    run.mkdir(parents=True, exist_ok=True)
     data = run / "data"
     config = run / "ans.toml"
     config.write_text(SERVER_CONFIG)
 
     # -- load the catalog
-    if has_import_command():
+    if reuse:
+        res["import"] = json.loads(marker.read_text())
+        res["import"]["reused"] = True
+        log(f"reusing the import in {data} ({res['import']})")
+    elif has_import_command():
         cmd = [ANS, "import", "--data-dir", str(data), "--governance-jwks", str(jwks),
                str(catalog / "agents.jsonl")]
         log(f"importing {n} agents: ans {' '.join(cmd[1:])}")
@@ -320,6 +328,8 @@ def bench_size(n: int, args: argparse.Namespace, synth: Any, source: str) -> dic
             problems.append(f"ans import failed ({r.returncode}): {r.stdout[-500:]}")
         res["import"] = {"method": "ans import", "agents": n, "seconds": round(took, 2),
                          "agents_per_s": round(n / took, 1)}
+        if r.returncode == 0:
+            marker.write_text(json.dumps(res["import"]))
     else:
         log(f"'ans import' is absent: ACTIVATE {n} agents over HTTP/2 at c=16")
         srv, _, _ = start_ans(data, jwks, config)
@@ -548,6 +558,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--activate-agents", type=int, default=None,
                     help="fresh agents for ACTIVATE throughput (2000; quick 300)")
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "ans-bench")
+    ap.add_argument(
+        "--reuse-import",
+        action="store_true",
+        help="keep a finished import of the same size from an earlier run (1M takes minutes)",
+    )
     ap.add_argument("--no-h2load", dest="h2load", action="store_false",
                     help="skip the h2load cross-check even if h2load is on PATH")
     args = ap.parse_args(argv)
