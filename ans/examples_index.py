@@ -174,8 +174,8 @@ class ExampleBlocks:
         ex = cls(dims)
         ex.rows = QRows.restore(dims, "ex", arrays)
         ex._used = len(ex.rows)
-        ex._start = np.asarray(arrays["ex_start"], dtype=np.int64).copy()
-        ex._count = np.asarray(arrays["ex_count"], dtype=np.int32).copy()
+        ex._start = np.asarray(arrays["ex_start"], dtype=np.int64)
+        ex._count = np.asarray(arrays["ex_count"], dtype=np.int32)
         ex._live = int(ex._count.sum())
         if len(ex._start) != len(ex._count) or (
             ex._live and int((ex._start + ex._count).max()) > ex._used

@@ -148,8 +148,8 @@ class LexicalIndex:
         lex.postings = SlotPostings.restore(
             n_facets, keys, {k[5:]: v for k, v in arrays.items() if k.startswith("post_")}
         )
-        lex._lengths = np.asarray(arrays["lengths"], dtype=np.float32).copy()
-        lex._total = np.asarray(arrays["total"], dtype=np.float64).copy()
-        lex._has = np.asarray(arrays["has"], dtype=bool).copy()
+        lex._lengths = np.asarray(arrays["lengths"], dtype=np.float32)
+        lex._total = np.asarray(arrays["total"], dtype=np.float64)
+        lex._has = np.asarray(arrays["has"], dtype=bool)
         lex._docs = int(lex._has.sum())
         return lex

@@ -230,7 +230,7 @@ class SlotPostings:
         if len(arrays["payload"]) != len(p._slots):
             raise ValueError("postings snapshot is inconsistent")
         p._payload = np.asarray(arrays["payload"], dtype=np.uint8).reshape(len(p._slots), width)
-        p._live = np.asarray(arrays["live"], dtype=bool).copy()
+        p._live = np.asarray(arrays["live"], dtype=bool)
         if len(p._indptr) != len(p.keys) + 1 or int(p._indptr[-1]) != len(p._slots):
             raise ValueError("postings snapshot is inconsistent")
         return p

@@ -85,8 +85,8 @@ class QRows:
     @classmethod
     def restore(cls, dim: int, prefix: str, arrays: dict[str, npt.NDArray[np.generic]]) -> QRows:
         q = cls(dim)
-        q.codes = np.asarray(arrays[f"{prefix}_codes"], dtype=np.int8).reshape(-1, dim).copy()
-        q.scale = np.asarray(arrays[f"{prefix}_scale"], dtype=np.float32).copy()
+        q.codes = np.asarray(arrays[f"{prefix}_codes"], dtype=np.int8).reshape(-1, dim)
+        q.scale = np.asarray(arrays[f"{prefix}_scale"], dtype=np.float32)
         if len(q.codes) != len(q.scale):
             raise ValueError(f"{prefix} snapshot is inconsistent")
         return q
