@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import random
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -332,28 +334,42 @@ def test_refused_lines_are_reported_and_audited(
 
 
 def test_import_refuses_a_locked_data_dir_and_cli_exit_codes(
-    tmp_path: Path, gov_key: SigningKey, make_manifest: Any, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, gov_key: SigningKey, make_manifest: Any
 ) -> None:
+    # The CLI runs as a subprocess: it configures process-wide logging.
+    ans = Path(sys.executable).with_name("ans")
     data = tmp_path / "data"
-    src = write_jsonl(tmp_path / "a.jsonl", [{"manifest": make_manifest("solo")}])
     jwks = jwks_file(tmp_path, gov_key)
-    args = ["import", str(src), "--data-dir", str(data), "--governance-jwks", str(jwks)]
+    src = write_jsonl(tmp_path / "a.jsonl", [{"manifest": make_manifest("solo")}, b"nope"])
+
+    def run(*extra: str) -> subprocess.CompletedProcess[str]:
+        cmd = [
+            str(ans),
+            "import",
+            str(src),
+            "--data-dir",
+            str(data),
+            "--governance-jwks",
+            str(jwks),
+            "--workers",
+            "1",
+            *extra,
+        ]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
     lock = DataDirLock.acquire(data, "ans serve")
     with pytest.raises(DataDirBusy):
         DataDirLock.acquire(data, "ans import")
-    assert cli_main([*args, "--workers", "1"]) == 2
-    assert "in use (ans serve pid" in capsys.readouterr().err
+    busy = run()
+    assert busy.returncode == 2 and "in use (ans serve pid" in busy.stderr
     lock.release()
-    assert cli_main([*args, "--workers", "1"]) == 0
-    out = capsys.readouterr()
-    assert "imported 1, unchanged 0, refused 0" in out.out
-    assert "ans import: 1 lines" in out.err  # the final progress line (not a TTY)
-    # again: nothing new, nothing refused -> still 0; a refused line fails only with --strict
-    assert cli_main([*args, "--workers", "1"]) == 0
-    bad = write_jsonl(tmp_path / "b.jsonl", [{"manifest": make_manifest("solo2")}, b"nope"])
-    bad_args = ["import", str(bad), "--data-dir", str(data), "--governance-jwks", str(jwks)]
-    assert cli_main([*bad_args, "--workers", "1"]) == 0
-    assert cli_main([*bad_args, "--workers", "1", "--strict"]) == 1
+    ok = run()
+    assert ok.returncode == 0, ok.stderr  # a refused line fails the run only with --strict
+    assert "imported 1, unchanged 0, refused 1" in ok.stdout
+    assert ":2: 400 malformed_json" in ok.stderr
+    assert "ans import: 2 lines" in ok.stderr  # the final progress line (not a TTY)
+    strict = run("--strict")
+    assert strict.returncode == 1 and "imported 0, unchanged 1, refused 1" in strict.stdout
     assert cli_main(["import", str(tmp_path / "missing.jsonl"), "--data-dir", str(data)]) == 2
 
 
