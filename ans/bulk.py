@@ -263,7 +263,7 @@ def run_import(
 
     with ctx.Pool(workers, _init_worker, (trusted_jwks, max_line)) as pool:
         inflight: deque[tuple[int, AsyncResult[list[Outcome]]]] = deque()
-        window = 2 * workers + 2
+        window = 8 * workers + 2  # workers keep verifying while a batch is embedded
 
         def drain_one() -> None:
             fi, res = inflight.popleft()

@@ -35,14 +35,46 @@ from ans.governance.signing import sign_document  # noqa: E402
 
 from ans.launcher import start_server  # noqa: E402
 
-VERBS = ["Audits", "Translates", "Summarizes", "Classifies", "Forecasts", "Reconciles",
-         "Monitors", "Drafts", "Extracts", "Validates", "Schedules", "Optimizes"]
-OBJECTS = ["Solidity smart contracts", "legal contracts", "clinical notes", "invoices",
-           "shipping manifests", "sales pipelines", "server logs", "tax filings",
-           "research papers", "customer tickets", "satellite images", "energy usage"]
-QUALIFIERS = ["for reentrancy bugs", "between German and English", "into ICD-10 codes",
-              "against purchase orders", "for anomalies", "for compliance gaps",
-              "with citations", "by priority", "for fraud signals", "weekly"]
+VERBS = [
+    "Audits",
+    "Translates",
+    "Summarizes",
+    "Classifies",
+    "Forecasts",
+    "Reconciles",
+    "Monitors",
+    "Drafts",
+    "Extracts",
+    "Validates",
+    "Schedules",
+    "Optimizes",
+]
+OBJECTS = [
+    "Solidity smart contracts",
+    "legal contracts",
+    "clinical notes",
+    "invoices",
+    "shipping manifests",
+    "sales pipelines",
+    "server logs",
+    "tax filings",
+    "research papers",
+    "customer tickets",
+    "satellite images",
+    "energy usage",
+]
+QUALIFIERS = [
+    "for reentrancy bugs",
+    "between German and English",
+    "into ICD-10 codes",
+    "against purchase orders",
+    "for anomalies",
+    "for compliance gaps",
+    "with citations",
+    "by priority",
+    "for fraud signals",
+    "weekly",
+]
 ZONES = ["zone:public", "zone:finance", "zone:legal", "zone:partner", "zone:research"]
 
 
@@ -53,24 +85,36 @@ def agent(i: int, rnd: random.Random) -> tuple[dict[str, Any], dict[str, Any]]:
     tier = rnd.choice([1, 2, 2, 3])
     desc = f"{rnd.choice(VERBS)} {rnd.choice(OBJECTS)} {rnd.choice(QUALIFIERS)}."
     m: dict[str, Any] = {
-        "document_type": "agtp-manifest", "schema_version": "1.0", "manifest_uri": uri,
-        "canonical_id": hashlib.sha256(uri.encode()).hexdigest(), "agent_label": label,
-        "org_domain": org, "governance_zone": rnd.choice(ZONES), "trust_tier": tier,
-        "package_format": "nomo", "package_integrity_hash": "sha256:" + "ab" * 32,
-        "lifecycle_state": "Active", "cert_status": "Active", "principal_org": "Bench Org",
+        "document_type": "agtp-manifest",
+        "schema_version": "1.0",
+        "manifest_uri": uri,
+        "canonical_id": hashlib.sha256(uri.encode()).hexdigest(),
+        "agent_label": label,
+        "org_domain": org,
+        "governance_zone": rnd.choice(ZONES),
+        "trust_tier": tier,
+        "package_format": "nomo",
+        "package_integrity_hash": "sha256:" + "ab" * 32,
+        "lifecycle_state": "Active",
+        "cert_status": "Active",
+        "principal_org": "Bench Org",
         "activated_at": "2026-01-15T09:00:00Z",
         "behavioral_trust_score": round(rnd.uniform(0.5, 1.0), 2),
         "authority_scope_categories": ["documents:query"],
-        "supported_methods": ["QUERY", "REPORT"], "job_description": desc,
+        "supported_methods": ["QUERY", "REPORT"],
+        "job_description": desc,
     }
     if tier == 2:
         m["trust_warning"] = "org-label-unverified"
         m["trust_tier_explanation"] = "Org label not DNS-verified."
     caps = {
-        "supported_methods": ["QUERY", "REPORT"], "modalities": ["text"],
+        "supported_methods": ["QUERY", "REPORT"],
+        "modalities": ["text"],
         "tags": [rnd.choice(OBJECTS).split()[-1]],
-        "examples": [{"id": f"ex-{k}", "text": f"{rnd.choice(VERBS)} these {rnd.choice(OBJECTS)}"}
-                     for k in range(3)],
+        "examples": [
+            {"id": f"ex-{k}", "text": f"{rnd.choice(VERBS)} these {rnd.choice(OBJECTS)}"}
+            for k in range(3)
+        ],
     }
     return m, caps
 
@@ -80,14 +124,19 @@ def generate(n: int, out: Path, key: SigningKey) -> None:
     with open(out, "wb") as fh:
         for i in range(n):
             m, caps = agent(i, rnd)
-            fh.write(orjson.dumps({"manifest": sign_document(m, key, "signature"),
-                                   "capabilities": caps}) + b"\n")
+            fh.write(
+                orjson.dumps({"manifest": sign_document(m, key, "signature"), "capabilities": caps})
+                + b"\n"
+            )
 
 
 def rss_kb(pid: int) -> tuple[int, int]:
     status = Path(f"/proc/{pid}/status").read_text()
-    vals = {ln.split(":")[0]: int(ln.split()[1]) for ln in status.splitlines()
-            if ln.startswith(("VmRSS", "VmHWM"))}
+    vals = {
+        ln.split(":")[0]: int(ln.split()[1])
+        for ln in status.splitlines()
+        if ln.startswith(("VmRSS", "VmHWM"))
+    }
     return vals.get("VmRSS", 0), vals.get("VmHWM", 0)
 
 
@@ -96,6 +145,7 @@ def timed_start(data: Path, cfg: Path, jwks: Path) -> tuple[float, Any, dict[str
     srv = start_server(data, "--config", str(cfg), "--governance-jwks", str(jwks))
     took = time.perf_counter() - t0
     import httpx
+
     health = httpx.get(srv.url + "/healthz").json()
     return took, srv, health
 
@@ -121,8 +171,17 @@ def main() -> int:
     cfg = work / "ans.toml"
     cfg.write_text("[rate_limit]\nenabled = false\n")
     ans = Path(sys.executable).with_name("ans")
-    cmd = [str(ans), "import", str(catalog), "--data-dir", str(data), "--config", str(cfg),
-           "--governance-jwks", str(jwks)]
+    cmd = [
+        str(ans),
+        "import",
+        str(catalog),
+        "--data-dir",
+        str(data),
+        "--config",
+        str(cfg),
+        "--governance-jwks",
+        str(jwks),
+    ]
     if a.workers:
         cmd += ["--workers", str(a.workers)]
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
@@ -132,9 +191,12 @@ def main() -> int:
     print(out.stdout.strip(), out.stderr.strip()[-500:], sep="\n")
     if out.returncode != 0:
         return 1
-    res: dict[str, Any] = {"agents": a.agents, "import_s": round(import_s, 2),
-                           "import_agents_per_s": round(a.agents / import_s, 1),
-                           "machine": f"{os.cpu_count()} cores"}
+    res: dict[str, Any] = {
+        "agents": a.agents,
+        "import_s": round(import_s, 2),
+        "import_agents_per_s": round(a.agents / import_s, 1),
+        "machine": f"{os.cpu_count()} cores",
+    }
     took, srv, health = timed_start(data, cfg, jwks)
     res["cold_start_snapshot_s"] = round(took, 2)
     res["health_snapshot"] = health
