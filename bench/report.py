@@ -165,9 +165,38 @@ def markdown(results: dict[str, Any], plot_name: str) -> str:
         "| target | goal | measured | at | |",
         "|---|---|---:|---|---|",
     ]
+    index = index_results(results)
+    big = index.get(max(index)) if index else None
     for t in results["targets"]:
+        if "recall" in t["target"] and big and big["recall_at_50"]["mean"] is not None:
+            rec = big["recall_at_50"]["mean"]
+            t = {**t, "measured": rec, "met": rec >= 0.98,
+                 "at": f"{size_label(big['agents'])} (bench/index_scale.py)"}
         met = {True: "met", False: "**not met**", None: "not measured here"}[t["met"]]
         lines.append(f"| {t['target']} | {t['goal']} | {fmt(t['measured'])} | {t['at']} | {met} |")
+    if index:
+        lines += [
+            "",
+            "## Capability index: approximate vs exhaustive (in-process, no HTTP)",
+            "",
+            "`bench/index_scale.py --data-dir DATA --queries-file CAT/queries.jsonl` loads the "
+            "snapshot `ans import` wrote and, for every catalog query with an intent and "
+            "no `capability_domains`, compares the top 50 by capability_match_score of the "
+            "default (approximate) path with `exhaustive=True` (every agent scored).",
+            "",
+            "| agents | mode | recall@50 mean | min | queries >= 0.9 | matcher p50 / p99 ms | "
+            "capability_domains p50 / p99 ms | snapshot load s | RSS after load MB |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for n in sorted(index):
+            r = index[n]
+            rc, qm, qd = r["recall_at_50"], r["query_ms"], r["query_ms_capability_domains"]
+            lines.append(
+                f"| {size_label(n)} | {r['index']['mode']} ({r['index']['index']}) | "
+                f"{fmt(rc['mean'])} | {fmt(rc['min'])} | {fmt(rc.get('share_at_least_0.9'))} | "
+                f"{fmt(qm['p50'])} / {fmt(qm['p99'])} | {fmt(qd['p50'])} / {fmt(qd['p99'])} | "
+                f"{fmt(r.get('snapshot_load_s'))} | {fmt(r.get('rss_mb_after_load'))} |"
+            )
     if results.get("problems"):
         lines += ["", "## Errors in this run", ""]
         lines += [f"- {p}" for p in results["problems"]]
@@ -185,6 +214,18 @@ def markdown(results: dict[str, Any], plot_name: str) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def index_results(results: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """bench/index_scale.py results (from --data-dir runs) for the sizes of this run."""
+    out: dict[int, dict[str, Any]] = {}
+    for n in results["sizes"]:
+        f = ROOT / "bench" / "results" / f"index_scale-{n}.json"
+        if f.is_file():
+            r = json.loads(f.read_text(encoding="utf-8"))
+            if "snapshot_load_s" in r:
+                out[int(n)] = r
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
