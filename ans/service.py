@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from itertools import islice
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import structlog
@@ -79,7 +79,7 @@ from ans.protocol.messages import (
 
 from .config import Config
 from .freshness import merge_pinned
-from .matcher import CapabilityMatcher, CapabilityProfile, ProfileVectors, profile_from
+from .matcher import CapabilityMatcher, profile_from
 from .ranking import rank_score
 from .registry import AgentEntry, Registry, result_fields
 from .routing import NOT_INDEXED, PreferredState, Routing, choose_alternative, routing_reason
@@ -114,28 +114,6 @@ def _batches(items: Iterable[Any], size: int) -> Iterable[list[Any]]:
     it = iter(items)
     while chunk := list(islice(it, size)):
         yield chunk
-
-
-def embed_many(
-    matcher: CapabilityMatcher, profiles: Sequence[CapabilityProfile]
-) -> list[ProfileVectors]:
-    """matcher.embed_profiles when the index offers it, else one by one."""
-    batch = getattr(matcher, "embed_profiles", None)
-    if batch is not None:
-        return list(batch(profiles))
-    return [matcher.embed_profile(p) for p in profiles]
-
-
-def upsert_many(
-    matcher: CapabilityMatcher, items: Sequence[tuple[CapabilityProfile, ProfileVectors]]
-) -> None:
-    """matcher.upsert_many when the index offers it, else one by one."""
-    batch = getattr(matcher, "upsert_many", None)
-    if batch is not None:
-        batch(items)
-        return
-    for profile, vectors in items:
-        matcher.upsert(profile, vectors)
 
 
 class AnsService:
@@ -225,7 +203,7 @@ class AnsService:
                 self._embed_and_upsert(fresh)
                 embedded += len(fresh)
             t2 = time.perf_counter()
-            indexed = set(cast(Any, self.matcher).ids())
+            indexed = set(self.matcher.ids())
             for cid in indexed - registry.keys():
                 self.matcher.remove(cid)
                 dropped += 1
@@ -279,18 +257,14 @@ class AnsService:
         if not agents:
             return
         profiles = [profile_from(a.manifest, a.capabilities) for a in agents]
-        vectors = embed_many(self.matcher, profiles)
+        vectors = self.matcher.embed_profiles(profiles)
         with self._lock:
-            upsert_many(self.matcher, list(zip(profiles, vectors, strict=True)))
+            self.matcher.upsert_many(list(zip(profiles, vectors, strict=True)))
 
     def save_snapshot(self, directory: Path, *, force: bool = False) -> bool:
         """Persist the capability index (``CapabilityIndex.save``) with the
         store's change_seq, under the activate lock so both agree. Skipped when
-        nothing changed since the snapshot we started from (unless ``force``)
-        or when the index cannot be saved."""
-        save = getattr(self.matcher, "save", None)
-        if save is None:
-            return False
+        nothing changed since the snapshot we started from (unless ``force``)."""
         with self._activate_lock:
             seq = self.store.max_seq()
             if not force and seq == self._snapshot_seq:
@@ -303,7 +277,7 @@ class AnsService:
                     "signer_kids": self._registry.signer_kids(),
                     "written_at": rfc3339(self.clock()),
                 }
-                save(directory, meta)
+                self.matcher.save(directory, meta)
             self._snapshot_seq = seq
         log.info(
             "index snapshot written",
@@ -817,10 +791,10 @@ class AnsService:
             agents = list(pending.values())
             self.store.upsert_many(agents)  # durable first
             profiles = [profile_from(a.manifest, a.capabilities) for a in agents]
-            vectors = embed_many(self.matcher, profiles)
+            vectors = self.matcher.embed_profiles(profiles)
             entries = [AgentEntry.from_stored(a) for a in agents]
             with self._lock:
-                upsert_many(self.matcher, list(zip(profiles, vectors, strict=True)))
+                self.matcher.upsert_many(list(zip(profiles, vectors, strict=True)))
                 self._registry.put_many(entries)
                 for a in agents:
                     self._forget_fields(a.canonical_id)

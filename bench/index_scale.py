@@ -59,6 +59,14 @@ def pct(xs: list[float], p: float) -> float:
     return float(np.percentile(np.array(xs), p)) if xs else 0.0
 
 
+def write(report: dict[str, Any], out: Path | None, agents: int) -> int:
+    print(json.dumps(report, indent=2))
+    out = out or Path(__file__).parent / "results" / f"index_scale-{agents}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
 def measure(
     idx: CapabilityIndex, queries: list[dict[str, Any]], exhaustive: bool
 ) -> dict[str, Any]:
@@ -128,11 +136,7 @@ def from_snapshot(args: argparse.Namespace, argv: list[str] | None) -> int:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "command": "bench/index_scale.py " + " ".join(argv if argv is not None else sys.argv[1:]),
     }
-    print(json.dumps(report, indent=2))
-    out = args.out or Path(__file__).parent / "results" / f"index_scale-{len(idx)}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    return 0
+    return write(report, args.out, len(idx))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -202,17 +206,6 @@ def main(argv: list[str] | None = None) -> int:
         del loaded
 
     queries = [q for q in make_queries(args.queries, args.seed + 1000) if q.get("intent")]
-    lat, lat_dom, recalls = [], [], []
-    for q in queries:
-        domains = tuple(q["capability_domains"]) if q.get("capability_domains") else None
-        t = time.perf_counter()
-        got = top(idx.query(q["intent"], domains).above(0.0), K)
-        (lat_dom if domains else lat).append((time.perf_counter() - t) * 1000)
-        if args.no_exhaustive or domains:
-            continue  # exhaustive capability_domains would re-embed every agent
-        want = top(idx.query(q["intent"], domains, exhaustive=True).above(0.0), K)
-        if want:
-            recalls.append(len(set(got) & set(want)) / len(want))
     report = {
         "agents": len(idx),
         "index": idx.describe(),
@@ -220,22 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         "embed_index_agents_per_s": round(len(idx) / max(embed_s, 1e-9)),
         "first_query_s": round(first_query_s, 3),
         "snapshot": {"save_s": round(save_s, 2), "load_s": round(load_s, 2), "bytes": size},
-        "query_ms": {
-            "n": len(lat),
-            "p50": round(pct(lat, 50), 2),
-            "p90": round(pct(lat, 90), 2),
-            "p99": round(pct(lat, 99), 2),
-        },
-        "query_ms_capability_domains": {
-            "n": len(lat_dom),
-            "p50": round(pct(lat_dom, 50), 2),
-            "p99": round(pct(lat_dom, 99), 2),
-        },
-        "recall_at_50": {
-            "n": len(recalls),
-            "mean": round(float(np.mean(recalls)), 4) if recalls else None,
-            "min": round(float(np.min(recalls)), 4) if recalls else None,
-        },
+        **measure(idx, queries, not args.no_exhaustive),
         "rss_mb_after_build": round(rss_after_build),
         "peak_rss_mb": round(peak_mb()),
         "machine": {
@@ -245,11 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "command": "bench/index_scale.py " + " ".join(argv if argv is not None else sys.argv[1:]),
     }
-    print(json.dumps(report, indent=2))
-    out = args.out or Path(__file__).parent / "results" / f"index_scale-{len(idx)}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    return 0
+    return write(report, args.out, len(idx))
 
 
 if __name__ == "__main__":
