@@ -289,36 +289,23 @@ class QueryScores:
 
     def above(self, floor: float) -> dict[str, float]:
         """capability_match_score of every candidate scoring at least ``floor``."""
-        keep = np.nonzero(self.final >= floor - 1e-7)[0]
-        values = np.clip(self.final[keep], 0.0, 1.0).astype(np.float64).tolist()
-        ids = self.ids
-        out: dict[str, float] = {}
-        for i, v in zip(keep.tolist(), values, strict=True):
-            cid = ids[i]
-            score = round(v, PRECISION)
-            if cid is not None and score >= floor:
-                out[cid] = score
-        return out
+        ids, values = self.above_arrays(floor)
+        return {c: round(v, PRECISION) for c, v in zip(ids, values.tolist(), strict=True)}
 
     def above_arrays(self, floor: float) -> tuple[list[str], npt.NDArray[np.float64]]:
         """The candidates whose capability_match_score is at least ``floor``, as
-        (canonical ids, unrounded scores clipped to [0, 1]): the same set as
-        :meth:`above` without building a dict; ``round(score, 6)`` of an entry
-        is its :meth:`above` value."""
+        (canonical ids, unrounded scores clipped to [0, 1]); ``round(score, 6)``
+        of an entry is its capability_match_score."""
         keep = np.nonzero(self.final >= floor - 1e-7)[0]
         values = np.clip(self.final[keep], 0.0, 1.0).astype(np.float64)
-        near = np.abs(values - floor) <= 2e-6  # Python's rounding decides these
         ok = values >= floor
-        for i in np.nonzero(near)[0].tolist():
-            ok[i] = round(float(values[i]), PRECISION) >= floor
-        ids = self.ids
-        chosen = keep[ok]
-        out_ids = [ids[i] for i in chosen.tolist()]
-        live = [i for i, c in enumerate(out_ids) if c is not None]
-        if len(live) != len(out_ids):
-            chosen, values = chosen[live], values[ok][live]
-            return [c for c in out_ids if c is not None], values
-        return out_ids, values[ok]
+        for i in np.nonzero(np.abs(values - floor) <= 2e-6)[0].tolist():
+            ok[i] = round(float(values[i]), PRECISION) >= floor  # Python's rounding decides
+        live = [
+            (self.ids[k], v) for k, v in zip(keep[ok].tolist(), values[ok].tolist(), strict=True)
+        ]
+        live = [(c, v) for c, v in live if c is not None]
+        return [c for c, _ in live], np.array([v for _, v in live], dtype=np.float64)
 
     def score(self, canonical_id: str) -> float:
         """capability_match_score of one indexed agent whatever the floor (0 if absent)."""
