@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from typing import Any
 
+import numpy as np
 import orjson
 
 from .errors import BodyTooLarge, MalformedJson
@@ -49,23 +49,36 @@ _DECODER = json.JSONDecoder(
 )
 
 
-_STRING_RE = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_BRACKET_STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+# Up to this many brackets a Python loop is cheaper than NumPy's set-up.
+_LOOP_MAX = 256
 
 
 def _depth_ok(data: bytes, limit: int) -> bool:
-    """Cheap nesting-depth bound before any recursive decoder runs: drop the
-    strings (one regex pass), keep only brackets, then count."""
-    skeleton = _STRING_RE.sub(b"", data).translate(None, _NOT_BRACKETS)
-    depth = 0
-    for byte in skeleton:
-        if byte in (0x5B, 0x7B):
-            depth += 1
-            if depth > limit:
-                return False
-        else:
-            depth -= 1
-    return True
+    """Cheap nesting-depth bound before any recursive decoder runs.
+
+    Strings are dropped without a regex (which costs ~0.6 ms on a 9 KB
+    answer): escaped backslashes and then escaped quotes are deleted, so every
+    quote left is a string delimiter and every other piece between quotes is
+    outside a string. Only the brackets of those pieces are kept and counted.
+    Exact for valid JSON; on invalid JSON the count may be off, but orjson
+    rejects such a document right after."""
+    if b"\\" in data:
+        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    skeleton = b"".join(data.split(b'"')[::2]).translate(_BRACKET_STEPS, _NOT_BRACKETS)
+    if len(skeleton) <= _LOOP_MAX:
+        depth = 0
+        for step in skeleton:
+            if step == 1:
+                depth += 1
+                if depth > limit:
+                    return False
+            else:
+                depth -= 1
+        return True
+    steps = np.frombuffer(skeleton, dtype=np.int8)
+    return int(steps.cumsum(dtype=np.int64).max()) <= limit
 
 
 def loads(data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES, max_depth: int = MAX_DEPTH) -> Any:
