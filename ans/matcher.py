@@ -28,6 +28,7 @@ how they were chosen (leave-one-out over the published example tasks only).
 from __future__ import annotations
 
 import hashlib
+import operator
 import os
 import shutil
 import threading
@@ -301,11 +302,18 @@ class QueryScores:
         ok = values >= floor
         for i in np.nonzero(np.abs(values - floor) <= 2e-6)[0].tolist():
             ok[i] = round(float(values[i]), PRECISION) >= floor  # Python's rounding decides
-        live = [
-            (self.ids[k], v) for k, v in zip(keep[ok].tolist(), values[ok].tolist(), strict=True)
-        ]
-        live = [(c, v) for c, v in live if c is not None]
-        return [c for c, _ in live], np.array([v for _, v in live], dtype=np.float64)
+        picked, values = keep[ok], values[ok]
+        if len(picked) == 0:
+            return [], values
+        ids: list[str | None] = (
+            list(operator.itemgetter(*picked.tolist())(self.ids))
+            if len(picked) > 1
+            else [self.ids[int(picked[0])]]
+        )
+        if None in ids:  # a slot freed while the query ran
+            live = np.array([c is not None for c in ids], dtype=bool)
+            return [c for c in ids if c is not None], values[live]
+        return ids, values  # type: ignore[return-value]  # no None left
 
     def score(self, canonical_id: str) -> float:
         """capability_match_score of one indexed agent whatever the floor (0 if absent)."""
@@ -368,6 +376,17 @@ class CapabilityMatcher(Protocol):
     def ids(self) -> list[str]: ...
     def save(self, directory: Path, meta: Mapping[str, Any]) -> None: ...
     def __len__(self) -> int: ...
+
+
+def _ids_at(table: list[str | None], slots: Slots, full: bool) -> list[str | None]:
+    """The ids of ``slots`` (all of ``table``'s first len(slots) when ``full``),
+    copied under the caller's lock: C-level copies instead of a Python loop
+    (10k slots cost 1.1 ms that way)."""
+    if full:
+        return table[: len(slots)]
+    if len(slots) > 1:
+        return list(operator.itemgetter(*slots.tolist())(table))
+    return [table[int(s)] for s in slots]
 
 
 # -- the index ---------------------------------------------------------------------
@@ -746,7 +765,7 @@ class CapabilityIndex:
                 )
             has_ex = self._has_examples[cand] & use_examples
             has_tags = self._n_tags[cand] > 0
-            ids = [self._id_of[s] for s in cand.tolist()]
+            ids = _ids_at(self._id_of, cand, full)
         passes = []
         for i in range(len(texts)):
             tag_dense, tag_list = tag_passes[i]
