@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from ans.federation.federator import Federator, Gathered, merge, result_path
+from ans.federation.federator import Dispatched, Federator, Gathered, merge, result_path
 from ans.federation.federator import Ranked as FedRanked
 from ans.governance.audit import AuditLog, rfc3339
 from ans.governance.keys import SigningKey
@@ -90,6 +90,9 @@ log = structlog.get_logger("ans")
 # Result fields of recently returned agents (manifest -> item fields), so a
 # hot DISCOVER does not read the store; invalidated on every re-index.
 FIELDS_CACHE = 4096
+# How long an early federated DISCOVER waits for its peer requests to go out
+# (a first connection or key fetch) before matching locally anyway.
+DISPATCH_WAIT = 0.02
 # Agents embedded and indexed per batch at start-up and by ans import.
 INDEX_BATCH = 1024
 
@@ -392,8 +395,13 @@ class AnsService:
         if early.peers:
             # Fewer than `limit` local agents can pass the gates at all, so
             # forwarding is certain: the peers work while we match locally.
-            pending = asyncio.ensure_future(fed.gather(req, early))
-            local = await asyncio.to_thread(self._local, req)
+            # The requests go out first; then the local match runs right here
+            # (the answers wait in the socket buffers). A worker thread would
+            # race the event loop for the GIL and delay the sending.
+            dispatched = Dispatched()
+            pending = asyncio.ensure_future(fed.gather(req, early, dispatched))
+            await dispatched.wait(DISPATCH_WAIT)
+            local = self._local(req)
             return self._finish(req, local, await pending)
         local = self._local(req)
         plan = fed.plan(req, local.total)

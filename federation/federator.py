@@ -76,6 +76,49 @@ class Plan:
     path: tuple[str, ...]  # the path we send: the incoming one plus us
 
 
+class Dispatched:
+    """Set once every peer of a fan-out has its request on the way (or failed
+    before). Lets the caller do CPU-bound local work after the peers were
+    asked, on the event loop, instead of racing them for the GIL."""
+
+    def __init__(self) -> None:
+        self._left = 0
+        self._event = asyncio.Event()
+
+    def expect(self, n: int) -> None:
+        self._left = n
+        if n == 0:
+            self._event.set()
+
+    def one_sent(self) -> None:
+        self._left -= 1
+        if self._left <= 0:
+            self._event.set()
+
+    async def wait(self, timeout: float) -> bool:
+        """True when every request went out within ``timeout`` seconds."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self._event.wait()
+        except TimeoutError:
+            return False
+        return True
+
+
+class _SentOnce:
+    """Counts one peer as dispatched, once, whichever path it takes."""
+
+    __slots__ = ("_dispatched",)
+
+    def __init__(self, dispatched: Dispatched | None) -> None:
+        self._dispatched = dispatched
+
+    def __call__(self) -> None:
+        if self._dispatched is not None:
+            d, self._dispatched = self._dispatched, None
+            d.one_sent()
+
+
 @dataclass
 class Gathered:
     candidates: list[Candidate] = field(default_factory=list)
@@ -140,8 +183,14 @@ class Federator:
         return Plan(eligible, deadline, (*incoming, self.self_id))
 
     # -- asking ------------------------------------------------------------------------
-    async def gather(self, req: DiscoverRequest, plan: Plan) -> Gathered:
+    async def gather(
+        self, req: DiscoverRequest, plan: Plan, dispatched: Dispatched | None = None
+    ) -> Gathered:
+        """Ask the plan's peers; ``dispatched``, when given, is set once every
+        peer's request has been handed to the transport (or has failed before)."""
         out = Gathered()
+        if dispatched is not None:
+            dispatched.expect(len(plan.peers))
         if not plan.peers:
             return out
         body = orjson.dumps(
@@ -159,7 +208,7 @@ class Federator:
             max_clock_skew=self.settings.max_clock_skew,
         )
         tasks = {
-            asyncio.ensure_future(self._ask(i, peer, req, plan, body, expect)): peer
+            asyncio.ensure_future(self._ask(i, peer, req, plan, body, expect, dispatched)): peer
             for i, peer in plan.peers
         }
         done, pending = await asyncio.wait(tasks, timeout=plan.deadline)
@@ -200,17 +249,21 @@ class Federator:
         plan: Plan,
         body: bytes,
         expect: Expectation,
+        dispatched: Dispatched | None = None,
     ) -> tuple[VerifiedAnswer, float]:
         loop = asyncio.get_running_loop()
         started = loop.time()
         timeout = min(peer.timeout or self.settings.peer_timeout, plan.deadline)
+        sent = _SentOnce(dispatched)
         try:
             return await asyncio.wait_for(
-                self._ask_once(index, peer, req, plan, body, expect, started + timeout),
+                self._ask_once(index, peer, req, plan, body, expect, started + timeout, sent),
                 timeout,
             ), (loop.time() - started) * 1000.0
         except TimeoutError:
             raise PeerError(f"no answer within {timeout:.3f}s", "peer_timeout") from None
+        finally:
+            sent()  # failed or timed out before sending: nothing to wait for
 
     async def _ask_once(
         self,
@@ -221,6 +274,7 @@ class Federator:
         body: bytes,
         expect: Expectation,
         deadline: float,
+        sent: Callable[[], None] = lambda: None,
     ) -> VerifiedAnswer:
         loop = asyncio.get_running_loop()
         keys = await self.keys.get(peer, max(deadline - loop.time(), 0.001))
@@ -242,6 +296,9 @@ class Federator:
             # Token mode: the caller's governance token, unchanged; a peer in
             # token mode accepts it only if it is in the token's audience.
             headers["authorization"] = f"Bearer {req.identity.bearer_token}"
+        # Signalled just before the call: the transport writes the request
+        # before its first suspension, i.e. before the waiter can resume.
+        sent()
         reply = await self.transport.send(
             peer, "DISCOVER", peer.url + "/", headers, body, remaining
         )
