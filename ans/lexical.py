@@ -2,8 +2,8 @@
 
 Postings (:class:`ans.postings.SlotPostings`) map a content word to the slots
 whose text holds it, with one term-frequency byte per facet, so a million
-agents cost a few hundred bytes each. A query costs one vectorized pass per
-query word. Scores are normalized *absolutely* into [0, 1]: the BM25 sum
+agents cost a few hundred bytes each. A query costs one vectorized pass over
+the postings of all its words. Scores are normalized *absolutely* into [0, 1]: the BM25 sum
 divided by its maximum possible value for the query (every query word present,
 saturated), so a lexical score does not depend on which other agents matched.
 """
@@ -94,37 +94,72 @@ class LexicalIndex:
         """BM25 over the facets selected by ``mask`` (0/1 per facet), normalized to
         [0, 1], as a dense array over slots [0, n_slots); and the slots that
         hold at least one query word (unsorted, may repeat)."""
-        out = np.zeros(n_slots, dtype=np.float32)
-        qwords = sorted(set(words(query)))
+        return self.accumulate_many([query], mask, n_slots)[0]
+
+    def accumulate_many(
+        self, queries: Sequence[str], mask: FloatArray, n_slots: int
+    ) -> list[tuple[FloatArray, Ints]]:
+        """:meth:`accumulate` for several texts at once (an intent and its
+        segments share their words). Every distinct word's postings are read
+        and scored once, in one vectorized pass over all of them; each text
+        then sums the contributions of its own words (a ``bincount``), so the
+        cost no longer grows with a fixed per-word NumPy overhead."""
+        word_sets = [sorted(set(words(q))) for q in queries]
         n_docs = self._docs
-        touched: list[Ints] = []
-        if not qwords or n_docs == 0:
-            return out, np.zeros(0, dtype=np.int32)
-        avg = max(float(self._total @ mask) / n_docs, 1e-9)
+        none = np.zeros(0, dtype=np.int32)
+        if n_docs == 0:
+            return [(np.zeros(n_slots, dtype=np.float32), none) for _ in queries]
+        vocab = sorted(set().union(*word_sets))
+        position = {w: i for i, w in enumerate(vocab)}
         unseen_idf = math.log(1.0 + (n_docs + 0.5) / 0.5)
-        max_total = 0.0
-        maskf = mask.astype(np.float32)
-        for w in qwords:
+        idf = np.full(len(vocab), unseen_idf, dtype=np.float64)
+        slot_parts: list[Ints] = []
+        tf_parts: list[npt.NDArray[np.uint8]] = []
+        owners: list[int] = []
+        for i, w in enumerate(vocab):
             kid = self.postings.key_id.get(w)
-            slots, tfs = self.postings.postings(kid) if kid is not None else (None, None)
-            df = 0 if slots is None else len(slots)
-            idf = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5)) if df else unseen_idf
-            max_total += idf * (K1 + 1.0)
-            if not df or slots is None or tfs is None:
+            if kid is None:
                 continue
-            f = tfs @ maskf
+            slots, tfs = self.postings.postings(kid)
+            df = len(slots)
+            if not df:
+                continue
+            idf[i] = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
+            slot_parts.append(slots)
+            tf_parts.append(tfs)
+            owners.append(i)
+        if slot_parts:
+            maskf = mask.astype(np.float32)
+            avg = max(float(self._total @ mask) / n_docs, 1e-9)
+            slots_all = np.concatenate(slot_parts)
+            f = np.concatenate(tf_parts) @ maskf
+            word_of = np.repeat(
+                np.array(owners, dtype=np.int32), [len(p) for p in slot_parts]
+            )
             nz = f > 0
             if not nz.all():
-                slots, f = slots[nz], f[nz]
-            if not len(slots):
+                slots_all, f, word_of = slots_all[nz], f[nz], word_of[nz]
+            norm = K1 * (1.0 - B + B * (self._lengths[slots_all] @ maskf) / avg)
+            contrib = idf[word_of] * f * (K1 + 1.0) / (f + norm)
+        out: list[tuple[FloatArray, Ints]] = []
+        for ws in word_sets:
+            if not ws:
+                out.append((np.zeros(n_slots, dtype=np.float32), none))
                 continue
-            lengths = self._lengths[slots] @ maskf
-            norm = K1 * (1.0 - B + B * lengths / avg)
-            out[slots] += (idf * f * (K1 + 1.0) / (f + norm)).astype(np.float32)
-            touched.append(slots)
-        if max_total > 0:
-            out /= np.float32(max_total)
-        return out, (np.concatenate(touched) if touched else np.zeros(0, dtype=np.int32))
+            ids = np.array([position[w] for w in ws], dtype=np.int32)
+            max_total = float(idf[ids].sum()) * (K1 + 1.0)
+            if not slot_parts:
+                out.append((np.zeros(n_slots, dtype=np.float32), none))
+                continue
+            if len(ws) == len(vocab):
+                sel_slots, sel_contrib = slots_all, contrib
+            else:
+                keep = np.isin(word_of, ids)
+                sel_slots, sel_contrib = slots_all[keep], contrib[keep]
+            dense = np.bincount(sel_slots, weights=sel_contrib, minlength=n_slots)[:n_slots]
+            scores = (dense / max_total).astype(np.float32)
+            out.append((scores, sel_slots))
+        return out
 
     def scores(self, query: str, mask: FloatArray, n_slots: int) -> tuple[FloatArray, list[str]]:
         """Dense normalized BM25 over slots [0, n_slots), and the scored query words."""

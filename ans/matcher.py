@@ -715,7 +715,7 @@ class CapabilityIndex:
         use_examples = "examples" in allowed
         with self._lock:
             n = len(self._id_of)
-            lex = [self._lexical.accumulate(t, mask, n) for t in texts]
+            lex = self._lexical.accumulate_many(texts, mask, n)
             tag_passes = [
                 self._tag_scores(t, n) if "tags" in allowed else (None, []) for t in texts
             ]

@@ -61,13 +61,14 @@ def candidate_tags(text: str, max_n: int = 3) -> set[str]:
     """Every 1..max_n word n-gram of the text in normalized tag form (stop words kept
     inside n-grams, so 'question-and-answer' can match)."""
     toks = [m.lower() for m in _WORD_RE.findall(text)]
-    out: set[str] = set()
-    for n in range(1, max_n + 1):
-        for i in range(len(toks) - n + 1):
-            gram = toks[i : i + n]
-            if n == 1 and gram[0] in STOPWORDS:
-                continue
-            out.add(normalize_tag("-".join(gram)))
+    # A word token is alphanumeric runs joined by at most one apostrophe, so
+    # its tag form only turns the apostrophe into "-", and "-".join of tag-form
+    # tokens is already normalize_tag of the n-gram (no regex per n-gram).
+    tagged = [t.replace("'", "-") for t in toks]
+    out = {t for t, raw in zip(tagged, toks, strict=True) if raw not in STOPWORDS}
+    for n in range(2, max_n + 1):
+        for i in range(len(tagged) - n + 1):
+            out.add("-".join(tagged[i : i + n]))
     out.discard("")
     return out
 
