@@ -80,8 +80,13 @@ from .transport import (
 )
 
 WINDOW = 16 * 1024 * 1024  # receive window, connection and stream
-ASSUMED_STREAMS = 100  # until the server's SETTINGS arrive (RFC 9113 5.1.2)
+# Streams open before the server's SETTINGS arrive. RFC 9113 5.1.2 would allow
+# 100, but hypercorn enforces its own limit from its first frame, and h2 makes
+# a stream over it a connection error that kills every stream: so one, and the
+# others wait the one round trip the server's preface takes.
+FIRST_STREAMS = 1
 MAX_STREAMS = 256  # per connection, whatever the server allows
+MAX_TRIES = 3  # connections one request may try (at most 2 of them with the request sent)
 CLOSE_WAIT = 1.0  # aclose() waits this long for sockets to close, then aborts them
 _CACHE_MAX = 512  # bound of the small parse caches (URLs, header names, methods)
 
@@ -106,7 +111,6 @@ _SETTINGS = {
     h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: WINDOW,
     h2.settings.SettingCodes.ENABLE_PUSH: 0,
 }
-_MAX_CONCURRENT = h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS
 _CANCEL = h2.errors.ErrorCodes.CANCEL
 
 Header = tuple[bytes, bytes]
@@ -114,13 +118,12 @@ Header = tuple[bytes, bytes]
 
 class _Retry(Exception):
     """The request got no answer and may be sent again on a fresh connection.
-    ``sent`` is False when it never left (it waited for a stream): that costs
-    no attempt."""
+    Raised by :meth:`_Conn.start` when it never left (that costs no attempt),
+    set on a stream's future when the connection went away unanswered."""
 
-    def __init__(self, reason: str, sent: bool = True) -> None:
+    def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
-        self.sent = sent
 
 
 class _Target(NamedTuple):
@@ -153,10 +156,11 @@ class _Conn(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.streams: dict[int, _Stream] = {}
         self.waiters: deque[asyncio.Future[None]] = deque()
-        self.max_streams = ASSUMED_STREAMS
+        self.max_streams = FIRST_STREAMS
         self.head: bytes | None = b""  # first bytes, until they show a SETTINGS frame
         self.usable = True  # False: no new streams here (GOAWAY, loss, retired)
         self.retiring = False  # close once the last stream is done
+        self.reason = ""  # why it stopped taking streams
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     # -- asyncio.Protocol ------------------------------------------------------------
@@ -199,9 +203,9 @@ class _Conn(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.usable = False
-        self._fail_all(
-            "connection closed by the peer" if exc is None else f"connection lost: {exc}"
-        )
+        reason = "connection closed by the peer" if exc is None else f"connection lost: {exc}"
+        self.reason = self.reason or reason
+        self._fail_all(reason)
         self.transport = None
         if not self.closed.done():
             self.closed.set_result(None)
@@ -235,9 +239,9 @@ class _Conn(asyncio.Protocol):
             assert ev.stream_id is not None
             self._reset_by_peer(ev.stream_id, ev.error_code)
         elif isinstance(ev, h2.events.RemoteSettingsChanged):
-            changed = ev.changed_settings.get(_MAX_CONCURRENT)
-            if changed is not None and changed.new_value is not None:
-                self._set_max_streams(changed.new_value)
+            # Every SETTINGS from the server, the first (its preface) included;
+            # an absent MAX_CONCURRENT_STREAMS means no limit.
+            self._set_max_streams(self.h2.remote_settings.max_concurrent_streams)
             self._send_blocked()
         elif isinstance(ev, h2.events.ConnectionTerminated):
             code = ev.error_code
@@ -312,7 +316,7 @@ class _Conn(asyncio.Protocol):
                     self._wake()  # woken but leaving: hand the free stream on
                 raise
         if not self.usable:
-            raise _Retry("connection closed before the request was sent", sent=False)
+            raise _Retry(self.reason or "connection closed before the request was sent")
         h = self.h2
         try:
             sid = h.get_next_available_stream_id()
@@ -320,7 +324,7 @@ class _Conn(asyncio.Protocol):
         except h2.exceptions.ProtocolError as exc:
             # Out of stream ids, or the state machine closed under us.
             self.retire()
-            raise _Retry(f"cannot open a stream: {exc}", sent=False) from None
+            raise _Retry(f"cannot open a stream: {exc}") from None
         s = _Stream(asyncio.get_running_loop().create_future(), body)
         self.streams[sid] = s
         if body:
@@ -401,6 +405,7 @@ class _Conn(asyncio.Protocol):
         """The connection is unusable (GOAWAY, protocol error): answered
         streams fail, unanswered ones may be retried elsewhere."""
         self.usable = False
+        self.reason = self.reason or reason
         self._fail_all(reason, retry)
         self._flush()  # h2 may have queued a GOAWAY of its own
         if self.transport is not None:
@@ -417,6 +422,7 @@ class _Conn(asyncio.Protocol):
     def close(self, reason: str) -> None:
         """Close now; streams still waiting fail (not retried)."""
         self.usable = False
+        self.reason = self.reason or reason
         self._fail_all(reason, retry=False)
         if self.transport is not None and not self.transport.is_closing():
             with contextlib.suppress(h2.exceptions.ProtocolError):
@@ -492,13 +498,16 @@ class H2PeerTransport:
             raise PeerTimeout(f"no answer within {timeout:.3f}s") from None
 
     async def _exchange(self, key: OriginKey, head: list[Header], body: bytes) -> PeerReply:
-        sent = 0
+        sent = tries = 0
         while True:
+            tries += 1
             conn = await self._connection(key)
             try:
                 sid, stream = await conn.start(head, body)
-            except _Retry:
-                continue  # never sent: try the next connection
+            except _Retry as exc:  # never sent: try the next connection, within reason
+                if tries >= MAX_TRIES:
+                    raise PeerUnreachable(f"connection closed: {exc.reason}") from None
+                continue
             try:
                 return await stream.fut
             except _Retry as exc:
@@ -527,6 +536,8 @@ class H2PeerTransport:
                 if epoch != self._epoch:
                     conn.close("transport closed")
                     raise PeerUnreachable("transport closed")
+                if self._origins.get(key) is not origin:
+                    conn.retiring = True  # evicted meanwhile: close once this request is done
                 origin.conn = conn
             return conn
 

@@ -364,10 +364,35 @@ def test_headers_as_sent(tiny: Callable[..., Tiny]) -> None:
     assert doc["body"] == discover_body("x", "t-1").decode()
 
 
+def test_request_body_beyond_the_send_window(tiny: Callable[..., Tiny]) -> None:
+    srv = tiny()  # hypercorn grants 65,535 bytes until it acknowledges data
+    payload = b"z" * 300_000
+
+    async def go() -> dict[str, Any]:
+        t = H2PeerTransport(1024 * 1024)
+        try:
+            peer = Peer(url=srv.url, tier=2)
+            reply = await t.send(peer, "DISCOVER", srv.url + "/echo", {}, payload, 5)
+            assert reply.status == 200
+            doc: dict[str, Any] = orjson.loads(reply.body)
+            return doc
+        finally:
+            await t.aclose()
+
+    doc = run(go())
+    assert doc["body"] == payload.decode()
+
+
 def test_oversized_answers_reset_the_stream_not_the_connection(tiny: Callable[..., Tiny]) -> None:
     srv = tiny()
 
     async def go() -> None:
+        big = H2PeerTransport(4 * 1024 * 1024)  # several MiB: flow-control windows are opened
+        try:
+            reply = await get(big, srv.url, f"/stream?n={3 * 1024 * 1024}")
+            assert reply.body == b"y" * (3 * 1024 * 1024)
+        finally:
+            await big.aclose()
         t = H2PeerTransport(MAX)
         try:
             assert (await get(t, srv.url, f"/big?n={MAX}")).body == b"x" * MAX  # at the bound
@@ -377,7 +402,7 @@ def test_oversized_answers_reset_the_stream_not_the_connection(tiny: Callable[..
                 await get(t, srv.url, f"/stream?n={4 * MAX}")  # streamed too big
             reply = await get(t, srv.url, "/echo")
             assert reply.status == 200
-            assert t.connection_count() == 1 and len(srv.clients) == 1  # the same connection
+            assert t.connection_count() == 1 and len(srv.clients) == 2  # big's, then t's only
         finally:
             await t.aclose()
 
@@ -462,7 +487,6 @@ def test_max_concurrent_streams_is_respected(tiny: Callable[..., Tiny]) -> None:
     async def go() -> None:
         t = H2PeerTransport(MAX)
         try:
-            await get(t, srv.url, "/echo")  # the server's SETTINGS are known from here on
             replies = await asyncio.gather(*(get(t, srv.url, "/slow") for _ in range(20)))
             assert [r.body for r in replies] == [b"ok"] * 20
             assert t.connection_count() == 1
