@@ -6,10 +6,12 @@ HTTP/2 client per origin (h2c with prior knowledge for ``http://``, ALPN for
 ``https://``) that keeps its connection open across requests and retries
 once when a connection is closed under it. Tests use an in-memory fake.
 
-The same transport serves every outbound AGTP request of this ANS: peers
-(:meth:`HttpxTransport.send`) and, through :meth:`HttpxTransport.request`,
-the index-freshness DESCRIBEs and ``/status`` polls to indexed agents and
-the governance webhook, so the retry rule lives in one place.
+HttpxTransport serves the outbound AGTP requests that may meet any server
+(:meth:`HttpxTransport.request`): the index-freshness DESCRIBEs and
+``/status`` polls to indexed agents and the governance webhook, some of which
+speak only HTTP/1.1. Peer ANS servers are asked through the leaner
+:class:`~.h2transport.H2PeerTransport` (same interface, same errors, same
+retry rule; see there for why).
 """
 
 from __future__ import annotations
