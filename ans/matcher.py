@@ -124,6 +124,11 @@ class WordLlamaEmbedder:
     concatenated facets) and empty texts give a zero vector instead of NaN."""
 
     def __init__(self, dim: int = 256) -> None:
+        # The tokenizer's batch call otherwise hands even a 3-text query to a
+        # thread pool whose spinning doubles its CPU (130 vs 62 us measured);
+        # a request is one core here, and import already runs one process per
+        # core. Set before the tokenizer is first used; an explicit setting wins.
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         import wordllama
         from wordllama import WordLlama
 
