@@ -563,6 +563,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="keep a finished import of the same size from an earlier run (1M takes minutes)",
     )
+    ap.add_argument(
+        "--keep-other-sizes",
+        action="store_true",
+        help="carry over sizes this run does not measure from the existing --out file "
+        "(each marked with the run it came from), so one size can be re-measured alone",
+    )
     ap.add_argument("--no-h2load", dest="h2load", action="store_false",
                     help="skip the h2load cross-check even if h2load is on PATH")
     args = ap.parse_args(argv)
@@ -597,6 +603,16 @@ def main(argv: list[str] | None = None) -> int:
             results["sizes"][str(n)] = bench_size(n, args, synth, source)
         except Exception as exc:
             results["sizes"][str(n)] = {"agents": n, "problems": [f"{type(exc).__name__}: {exc}"]}
+    if args.keep_other_sizes and args.out.is_file():
+        earlier = json.loads(args.out.read_text(encoding="utf-8"))
+        for key, entry in earlier.get("sizes", {}).items():
+            if key not in results["sizes"]:
+                entry.setdefault("carried_from", {
+                    "generated_at": earlier.get("generated_at"),
+                    "command": earlier.get("command"),
+                })
+                results["sizes"][key] = entry
+        results["sizes"] = dict(sorted(results["sizes"].items(), key=lambda kv: int(kv[0])))
     results["targets"] = targets(results["sizes"])
     problems = [p for s in results["sizes"].values() for p in s.get("problems", [])]
     results["problems"] = problems

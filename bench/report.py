@@ -76,6 +76,21 @@ def plot(results: dict[str, Any], out: Path) -> None:
     plt.close(fig)
 
 
+def carried_note(results: dict[str, Any]) -> list[str]:
+    """A sentence naming the sizes carried over from an earlier run (load.py
+    --keep-other-sizes), with that run's command and time."""
+    runs: dict[tuple[str, str], list[str]] = {}
+    for n, s in results["sizes"].items():
+        c = s.get("carried_from")
+        if c:
+            runs.setdefault((str(c.get("command")), str(c.get("generated_at"))), []).append(n)
+    return [
+        f"The {', '.join(size_label(int(n)) for n in ns)} rows were not re-measured in "
+        f"this run: they come from `{cmd}` at {at}, an earlier commit."
+        for (cmd, at), ns in runs.items()
+    ]
+
+
 def markdown(results: dict[str, Any], plot_name: str) -> str:
     m = results["machine"]
     st = results["settings"]
@@ -100,6 +115,7 @@ def markdown(results: dict[str, Any], plot_name: str) -> str:
         "",
         f"These figures: `{results['command']}` at {results['generated_at']}, "
         f"commit `{m['git_commit']}`.",
+        *carried_note(results),
         "",
         "## Method",
         "",
