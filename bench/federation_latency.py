@@ -311,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "note": "4 servers and the client share these cores",
         },
         "agents": {name: len(agents[name[0]]) for name in ("A_local", "A_fed", "B", "C")},
-        "peers": "A_fed: --peer 2@B --peer 2@C (httpx HTTP/2, h2c)",
+        "peers": "A_fed: --peer 2@B --peer 2@C (federation/h2transport.py, h2c)",
         "queries": {
             "source": f"MetaTool eval_single, every {step}th (first {WARMUP} warm-up only)",
             "warmup": len(warmup),
