@@ -43,14 +43,6 @@ from ans.protocol.messages import Identity
 from ans.protocol.scope import parse_authority_scope
 
 from .config import Config
-from .matcher import (
-    Embedder,
-    ProfileVectors,
-    WordLlamaEmbedder,
-    embed_profiles,
-    embedder_fingerprint,
-    profile_from,
-)
 from .service import AnsService
 
 DEFAULT_BATCH = 2000
@@ -60,20 +52,15 @@ IMPORT_AGENT = "agtp://localhost/agents/ans-import"
 # (line number, "ok", (manifest, capabilities, signer_kid)) or
 # (line number, "refused", (status, code, message, canonical_id, key_id))
 Outcome = tuple[int, str, tuple[Any, ...]]
-# (embedder fingerprint, profile vectors of a chunk's "ok" lines in order)
-Embedded = tuple[str, list[ProfileVectors]]
 
 _worker_keys: TrustedKeys | None = None
 _worker_max_bytes = 0
-_worker_embedder: Embedder | None = None
 
 
-def _init_worker(jwks: list[dict[str, Any]], max_bytes: int, embed_dim: int | None) -> None:
-    global _worker_keys, _worker_max_bytes, _worker_embedder  # per worker, set once by the pool
+def _init_worker(jwks: list[dict[str, Any]], max_bytes: int) -> None:
+    global _worker_keys, _worker_max_bytes  # per worker process, set once by the pool
     _worker_keys = TrustedKeys.from_jwks({"keys": jwks})
     _worker_max_bytes = max_bytes
-    if embed_dim is not None:
-        _worker_embedder = WordLlamaEmbedder(embed_dim)
 
 
 def verify_line(data: bytes, keys: TrustedKeys, max_bytes: int) -> tuple[Any, ...]:
@@ -94,18 +81,7 @@ def verify_line(data: bytes, keys: TrustedKeys, max_bytes: int) -> tuple[Any, ..
     return verified.manifest, caps, verified.signer_kid
 
 
-def _verify_chunk(chunk: list[tuple[int, bytes]]) -> tuple[list[Outcome], Embedded | None]:
-    """The chunk's outcomes and, when this worker embeds, (embedder
-    fingerprint, the profile vectors of the "ok" outcomes in order)."""
-    outcomes = _verify_lines(chunk)
-    emb = _worker_embedder
-    if emb is None:
-        return outcomes, None
-    profiles = [profile_from(v[0], v[1]) for _, kind, v in outcomes if kind == "ok"]
-    return outcomes, (embedder_fingerprint(emb), embed_profiles(emb, profiles))
-
-
-def _verify_lines(chunk: list[tuple[int, bytes]]) -> list[Outcome]:
+def _verify_chunk(chunk: list[tuple[int, bytes]]) -> list[Outcome]:
     keys = _worker_keys
     assert keys is not None
     out: list[Outcome] = []
@@ -251,13 +227,6 @@ def run_import(
     t0 = time.perf_counter()
     ctx = multiprocessing.get_context("spawn")
     pending: list[tuple[int, int, tuple[Any, ...]]] = []  # (file, line, verified)
-    pending_vectors: list[ProfileVectors | None] = []
-    # The workers embed too (tokenizing and pooling is most of a line's cost
-    # in this process otherwise) when the index uses the default embedder;
-    # their vectors are used only if their embedder's fingerprint matches.
-    embedder = service.matcher.embedder
-    fingerprint = embedder_fingerprint(embedder)
-    embed_dim = embedder.dim if isinstance(embedder, WordLlamaEmbedder) else None
 
     def refuse(fi: int, lineno: int, status: int, code: str, msg: str, cid: str) -> None:
         report.refused.append(Refusal(names[fi], lineno, status, code, msg, cid))
@@ -275,9 +244,7 @@ def run_import(
     def flush() -> None:
         if not pending:
             return
-        stored, unchanged, refused = service.activate_many(
-            [v for _, _, v in pending], pending_vectors
-        )
+        stored, unchanged, refused = service.activate_many([v for _, _, v in pending])
         for i, exc in refused:
             fi, lineno, v = pending[i]
             refuse(fi, lineno, exc.status, exc.code, exc.message, v[0]["canonical_id"])
@@ -293,22 +260,17 @@ def run_import(
                 **requester_fields(identity, "ACTIVATE", None),
             )
         pending.clear()
-        pending_vectors.clear()
 
-    with ctx.Pool(workers, _init_worker, (trusted_jwks, max_line, embed_dim)) as pool:
-        inflight: deque[tuple[int, AsyncResult[tuple[list[Outcome], Embedded | None]]]] = deque()
+    with ctx.Pool(workers, _init_worker, (trusted_jwks, max_line)) as pool:
+        inflight: deque[tuple[int, AsyncResult[list[Outcome]]]] = deque()
         window = 8 * workers + 2  # workers keep verifying while a batch is embedded
 
         def drain_one() -> None:
             fi, res = inflight.popleft()
-            outcomes, embedded = res.get()
-            same = embedded is not None and embedded[0] == fingerprint
-            given = iter(embedded[1]) if embedded is not None and same else None
-            for lineno, kind, data in outcomes:
+            for lineno, kind, data in res.get():
                 report.lines += 1
                 if kind == "ok":
                     pending.append((fi, lineno, data))
-                    pending_vectors.append(next(given) if given is not None else None)
                     if len(pending) >= batch:
                         flush()
                 else:

@@ -363,8 +363,6 @@ class QueryScores:
 class CapabilityMatcher(Protocol):
     def embed_profile(self, profile: CapabilityProfile) -> ProfileVectors: ...
     def embed_profiles(self, profiles: Sequence[CapabilityProfile]) -> list[ProfileVectors]: ...
-    @property
-    def embedder(self) -> Embedder: ...
     def upsert(self, profile: CapabilityProfile, vectors: ProfileVectors | None = None) -> None: ...
     def upsert_many(self, items: Sequence[tuple[CapabilityProfile, ProfileVectors]]) -> None: ...
     def remove(self, canonical_id: str) -> None: ...
@@ -483,11 +481,38 @@ class CapabilityIndex:
         return self.embed_profiles([profile])[0]
 
     def embed_profiles(self, profiles: Sequence[CapabilityProfile]) -> list[ProfileVectors]:
-        return embed_profiles(self._emb, profiles)
+        """Embed many profiles in one embedder call.
 
-    @property
-    def embedder(self) -> Embedder:
-        return self._emb
+        The "examples" facet is the examples joined, and a facet vector is a
+        sum of token vectors over content words (which the tokenizer splits
+        word by word), so its sum is the sum of the examples' own sums: each
+        example text is tokenized once, not twice."""
+        nf = len(FACETS)
+        ex_f = _F["examples"]
+        texts: list[str] = []
+        for p in profiles:
+            texts.extend(
+                content_text(p.facets.get(f, "")) if f != "examples" else "" for f in FACETS
+            )
+        n_facet_texts = len(texts)
+        texts.extend(content_text(ex.text) for p in profiles for ex in p.examples)
+        sums, counts = self._emb.embed_sums(texts)
+        ex_sums, ex_counts = sums[n_facet_texts:], counts[n_facet_texts:]
+        ex_vecs = normalize_rows(ex_sums)
+        out, at = [], 0
+        for i, p in enumerate(profiles):
+            k = len(p.examples)
+            f_sums = sums[i * nf : (i + 1) * nf]
+            f_counts = counts[i * nf : (i + 1) * nf]
+            if k:
+                f_sums[ex_f] = ex_sums[at : at + k].sum(axis=0)
+                f_counts[ex_f] = ex_counts[at : at + k].sum()
+            elif p.facets.get("examples"):
+                one = self._emb.embed_sums([content_text(p.facets["examples"])])
+                f_sums[ex_f], f_counts[ex_f] = one[0][0], one[1][0]
+            out.append(ProfileVectors(f_sums, f_counts, ex_vecs[at : at + k]))
+            at += k
+        return out
 
     # -- mutation --------------------------------------------------------------------
     def _slot_for(self, cid: str) -> int:
@@ -1172,44 +1197,6 @@ def _top_touched(dense: Vectors, touched: npt.NDArray[np.integer], k: int) -> Sl
         return uniq
     top = np.argpartition(-dense[uniq], k - 1)[:k]
     out: Slots = uniq[top]
-    return out
-
-
-def embed_profiles(
-    embedder: Embedder, profiles: Sequence[CapabilityProfile]
-) -> list[ProfileVectors]:
-    """Embed many profiles in one embedder call (a pure function of the
-    embedder: ``ans import`` runs it in its worker processes).
-
-    The "examples" facet is the examples joined, and a facet vector is a
-    sum of token vectors over content words (which the tokenizer splits
-    word by word), so its sum is the sum of the examples' own sums: each
-    example text is tokenized once, not twice."""
-    nf = len(FACETS)
-    ex_f = _F["examples"]
-    texts: list[str] = []
-    for p in profiles:
-        texts.extend(
-            content_text(p.facets.get(f, "")) if f != "examples" else "" for f in FACETS
-        )
-    n_facet_texts = len(texts)
-    texts.extend(content_text(ex.text) for p in profiles for ex in p.examples)
-    sums, counts = embedder.embed_sums(texts)
-    ex_sums, ex_counts = sums[n_facet_texts:], counts[n_facet_texts:]
-    ex_vecs = normalize_rows(ex_sums)
-    out, at = [], 0
-    for i, p in enumerate(profiles):
-        k = len(p.examples)
-        f_sums = sums[i * nf : (i + 1) * nf]
-        f_counts = counts[i * nf : (i + 1) * nf]
-        if k:
-            f_sums[ex_f] = ex_sums[at : at + k].sum(axis=0)
-            f_counts[ex_f] = ex_counts[at : at + k].sum()
-        elif p.facets.get("examples"):
-            one = embedder.embed_sums([content_text(p.facets["examples"])])
-            f_sums[ex_f], f_counts[ex_f] = one[0][0], one[1][0]
-        out.append(ProfileVectors(f_sums, f_counts, ex_vecs[at : at + k]))
-        at += k
     return out
 
 

@@ -79,7 +79,7 @@ from ans.protocol.messages import (
 
 from .config import Config
 from .freshness import merge_pinned
-from .matcher import CapabilityMatcher, ProfileVectors, profile_from
+from .matcher import CapabilityMatcher, profile_from
 from .ranking import rank_score
 from .registry import AgentEntry, Registry, result_fields
 from .routing import NOT_INDEXED, PreferredState, Routing, choose_alternative, routing_reason
@@ -745,17 +745,13 @@ class AnsService:
 
     # -- bulk ACTIVATE (ans import) -----------------------------------------------------
     def activate_many(
-        self,
-        verified: Sequence[tuple[dict[str, Any], dict[str, Any], str]],
-        vectors: Sequence[ProfileVectors | None] | None = None,
+        self, verified: Sequence[tuple[dict[str, Any], dict[str, Any], str]]
     ) -> tuple[list[str], int, list[tuple[int, AgtpError]]]:
         """ACTIVATE a batch of already verified (manifest, capabilities,
         signer_kid), as if one after another: the same admissibility rules
         (tombstoned 410, Suspended 409, stale 409, unchanged), a later line for
         the same canonical id checked against the earlier one. Then one store
-        transaction, one batched embedding, one index update. ``vectors``, when
-        given, are each line's profile vectors computed elsewhere with this
-        index's embedder (``ans import`` workers); lines without are embedded here.
+        transaction, one batched embedding, one index update.
 
         Returns (stored canonical ids in order, unchanged count,
         [(position in ``verified``, refusal)])."""
@@ -765,7 +761,6 @@ class AnsService:
         with self._activate_lock:
             previous = self.store.get_many(m["canonical_id"] for m, _, _ in verified)
             pending: dict[str, StoredAgent] = {}
-            given: dict[str, ProfileVectors | None] = {}
             for i, (manifest, caps, kid) in enumerate(verified):
                 cid = manifest["canonical_id"]
                 try:
@@ -801,20 +796,13 @@ class AnsService:
                     registered_at=prev.registered_at if prev is not None else now,
                     updated_at=now,
                 )
-                given[cid] = vectors[i] if vectors is not None else None
             agents = list(pending.values())
             self.store.upsert_many(agents)  # durable first
             profiles = [profile_from(a.manifest, a.capabilities) for a in agents]
-            have = [given[a.canonical_id] for a in agents]
-            missing = [k for k, v in enumerate(have) if v is None]
-            if missing:
-                computed = self.matcher.embed_profiles([profiles[k] for k in missing])
-                for k, v in zip(missing, computed, strict=True):
-                    have[k] = v
-            vectors_of = [v for v in have if v is not None]
+            vectors = self.matcher.embed_profiles(profiles)
             entries = [AgentEntry.from_stored(a) for a in agents]
             with self._lock:
-                self.matcher.upsert_many(list(zip(profiles, vectors_of, strict=True)))
+                self.matcher.upsert_many(list(zip(profiles, vectors, strict=True)))
                 self._registry.put_many(entries)
                 for a in agents:
                     self._forget_fields(a.canonical_id)
