@@ -37,6 +37,7 @@ from ans.config import Config
 from ans.matcher import CapabilityIndex
 from ans.ranking import rank_score, sort_key
 from ans.registry import AgentEntry
+from ans.server import profile_source
 from ans.service import AnsService
 from ans.store import DataDirBusy, DataDirLock, SQLiteStore, StoredAgent
 
@@ -257,6 +258,19 @@ def test_import_answers_like_sequential_activates(
             a, b = discover(seq_svc, scope, **q), discover(imp_svc, scope, **q)
             assert comparable(a) == comparable(b), q
             assert a["results"], q
+    # The snapshot `ans import` wrote (what `ans serve` starts from) scores
+    # every agent as the sequential service's own index does.
+    loaded = CapabilityIndex.load(
+        data / "index", embedder, profile_source=profile_source(imp_svc.store)
+    )
+    assert loaded is not None
+    snap = loaded[0]
+    assert sorted(snap.ids()) == sorted(seq_svc.matcher.ids())
+    for intent in ("audit smart contracts for reentrancy", "translate a German contract"):
+        want = seq_svc.matcher.query(intent, None).above(0.0)
+        got = snap.query(intent, None).above(0.0)
+        assert want and got.keys() == want.keys()
+        assert max(abs(got[c] - want[c]) for c in want) <= 1e-6, intent
     for s in (seq_svc, imp_svc):
         s.audit.close()
         s.store.close()
