@@ -3,7 +3,9 @@ factory for complete, signed Agent Manifest Documents."""
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
+import ipaddress
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,6 +14,10 @@ from typing import Any
 import pytest
 from ans.governance.keys import SigningKey
 from ans.governance.signing import sign_document
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 FIXED_NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
@@ -74,3 +80,38 @@ def make_manifest(gov_key: SigningKey) -> Callable[..., dict[str, Any]]:
         return sign_document(base_manifest(label, **overrides), key or gov_key, "signature")
 
     return make
+
+
+@pytest.fixture
+def tls_cert(tmp_path: Path) -> tuple[Path, Path]:
+    """A self-signed P-256 certificate for 127.0.0.1 (also its own CA) and its
+    key, as PEM files: (cert path, key path)."""
+    tmp = tmp_path
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = tmp / "cert.pem", tmp / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path

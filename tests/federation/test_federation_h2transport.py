@@ -7,8 +7,6 @@ up or speak garbage."""
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
-import ipaddress
 import os
 import socket
 import threading
@@ -29,10 +27,6 @@ from ans.federation.transport import (
     PeerTimeout,
     PeerUnreachable,
 )
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from hypercorn.asyncio import serve
 from hypercorn.config import Config as HypercornConfig
 
@@ -556,39 +550,10 @@ def test_hang_up_or_garbage(reply: bytes, reason: str, connections: int) -> None
 # -- TLS -----------------------------------------------------------------------------------
 
 
-def self_signed(tmp: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = tmp / "cert.pem", tmp / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
-
-
-def test_tls_with_and_without_the_cacert(tiny: Callable[..., Tiny], tmp_path: Path) -> None:
-    cert, key = self_signed(tmp_path)
+def test_tls_with_and_without_the_cacert(
+    tiny: Callable[..., Tiny], tls_cert: tuple[Path, Path]
+) -> None:
+    cert, key = tls_cert
     srv = tiny(tls=(cert, key))
 
     async def go() -> dict[str, Any]:
@@ -607,8 +572,10 @@ def test_tls_with_and_without_the_cacert(tiny: Callable[..., Tiny], tmp_path: Pa
     assert doc["http_version"] == "2"
 
 
-def test_tls_server_without_h2_is_unreachable(tiny: Callable[..., Tiny], tmp_path: Path) -> None:
-    cert, key = self_signed(tmp_path)
+def test_tls_server_without_h2_is_unreachable(
+    tiny: Callable[..., Tiny], tls_cert: tuple[Path, Path]
+) -> None:
+    cert, key = tls_cert
     srv = tiny(tls=(cert, key), alpn=("http/1.1",))
 
     async def go() -> None:

@@ -4,8 +4,6 @@ shows the CLI refuses a result whose signature does not verify."""
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
-import ipaddress
 import socket
 import ssl
 import subprocess
@@ -18,10 +16,6 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 pytestmark = pytest.mark.integration
 
@@ -32,39 +26,8 @@ IDENTITY = {
 }
 
 
-def self_signed(tmp: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = tmp / "cert.pem", tmp / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
-
-
-def test_tls_alpn_h2(tmp_path: Path, server_factory: Any) -> None:
-    cert, key = self_signed(tmp_path)
+def test_tls_alpn_h2(tmp_path: Path, server_factory: Any, tls_cert: tuple[Path, Path]) -> None:
+    cert, key = tls_cert
     cfg = tmp_path / "ans.toml"
     cfg.write_text(f'[server]\ntls_certfile = "{cert}"\ntls_keyfile = "{key}"\n')
     srv = server_factory(tmp_path / "data", "--config", str(cfg), "--demo")
