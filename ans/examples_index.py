@@ -5,8 +5,9 @@ store (:class:`ans.qrows.QRows`), appended together on upsert; a replaced or
 removed agent's rows are zeroed and left as holes (a zero row scores 0, which
 is never a match) until more than half the rows are holes, when the rows are
 compacted. An agent's example score is its best example -- never an average.
-Exhaustively, P query vectors cost one matrix product over all rows and one
-``maximum.reduceat`` over the block starts; for a candidate set, only the
+Exhaustively, P query vectors cost one blocked scan over all rows
+(:meth:`ans.qrows.QRows.scan`) and one ``maximum.reduceat`` per query over
+the block starts; for a candidate set, only the
 candidates' rows are read.
 
 Only the leading ``dims`` components are stored: the default embedder is
@@ -125,9 +126,10 @@ class ExampleBlocks:
         out = np.zeros((n_slots, len(q)), dtype=np.float32)
         if self._live == 0:
             return out, np.zeros((0, len(q)), dtype=np.float32)
-        sims = self.rows.dense(self._used) @ q.T
+        sims = self.rows.scan(q, self._used)
         slots, starts = self._blocks()
-        out[slots] = np.maximum.reduceat(sims, starts, axis=0)
+        for j in range(len(q)):  # contiguous columns: one 1-D reduceat each
+            out[slots, j] = np.maximum.reduceat(sims[:, j], starts)
         return out, sims
 
     def best_of(self, queries: Vectors, slots: Ints) -> Vectors:
@@ -142,11 +144,12 @@ class ExampleBlocks:
             return out
         with_rows = slots[has]
         idx = self._rows_of(with_rows)
-        sims = self.rows.get(idx) @ q.T
+        sims = self.rows.scan_rows(q, idx)
         counts = self._count[with_rows].astype(np.int64)
         offsets = np.zeros(len(with_rows), dtype=np.int64)
         np.cumsum(counts[:-1], out=offsets[1:])
-        out[has] = np.maximum.reduceat(sims, offsets, axis=0)
+        for j in range(len(q)):
+            out[has, j] = np.maximum.reduceat(sims[:, j], offsets)
         return out
 
     def vectors_of(self, slot: int) -> Vectors:

@@ -47,7 +47,7 @@ from .ann import AnnIndex, AnnSettings
 from .examples_index import ExampleBlocks
 from .lexical import LexicalIndex
 from .postings import SlotPostings
-from .qrows import QRows
+from .qrows import QRows, similarities
 from .ranking import PRECISION
 from .text import candidate_tags, content_text, normalize_tag, segments, split_label
 
@@ -742,11 +742,11 @@ class CapabilityIndex:
                     else self._candidates(q, lex, tag_passes, use_examples, n, restricted)
                 )
             if full:
-                ctx_all = self._ctx.dense(n) @ q.T
+                ctx_all = self._ctx.scan(q, n)
                 cap_all = (
-                    self._restricted_capability(cand, allowed) @ q.T
+                    similarities(self._restricted_capability(cand, allowed), q)
                     if restricted
-                    else self._cap.dense(n) @ q.T
+                    else self._cap.scan(q, n)
                 )
                 ex_all = (
                     self._examples.best(q, n)[0]
@@ -756,13 +756,12 @@ class CapabilityIndex:
             else:
                 if restricted and len(cand) > RESTRICTED_RERANK:
                     cand = self._narrow(cand, q, lex, tag_passes, use_examples)
-                ctx_all = self._ctx.get(cand) @ q.T
-                cap_rows = (
-                    self._restricted_capability(cand, allowed)
+                ctx_all = self._ctx.scan_rows(q, cand)
+                cap_all = (
+                    similarities(self._restricted_capability(cand, allowed), q)
                     if restricted
-                    else self._cap.get(cand)
+                    else self._cap.scan_rows(q, cand)
                 )
-                cap_all = cap_rows @ q.T
                 ex_all = (
                     self._examples.best_of(q, cand)
                     if use_examples and self._examples.total
@@ -826,7 +825,7 @@ class CapabilityIndex:
                     hits = self._ann_ex.search(self._examples.project(qv), k)
                     parts.append(hits // EXAMPLE_STRIDE)
             else:  # exact mode, capability_domains query: exact top-k by flat scan
-                sims = self._cap.dense(n) @ qv.T
+                sims = self._cap.scan(qv, n)
                 if use_examples and self._examples.total:
                     sims = np.maximum(sims, self._examples.best(qv, n)[0])
                 for col in sims.T:
@@ -862,8 +861,8 @@ class CapabilityIndex:
             else np.zeros(len(cand), np.float32)
         )
         prelim = self._fuse(
-            (self._ctx.get(cand) @ q0.T)[:, 0],
-            (self._cap.get(cand) @ q0.T)[:, 0],
+            self._ctx.scan_rows(q0, cand)[:, 0],
+            self._cap.scan_rows(q0, cand)[:, 0],
             lex[0][0][cand],
             ex,
             self._has_examples[cand] & use_examples,
