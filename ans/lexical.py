@@ -34,6 +34,9 @@ class LexicalIndex:
         self._nf = n_facets
         self.postings = SlotPostings(n_facets)
         self._lengths = np.zeros((0, n_facets), dtype=np.float32)
+        # Per slot, the length over every facet: the common query (no
+        # capability_domains) reads one float per posting instead of a row.
+        self._len_all = np.zeros(0, dtype=np.float32)
         self._total = np.zeros(n_facets, dtype=np.float64)
         self._docs = 0
         self._has = np.zeros(0, dtype=bool)
@@ -48,7 +51,9 @@ class LexicalIndex:
             grown[: self._lengths.shape[0]] = self._lengths
             has = np.zeros(cap, dtype=bool)
             has[: len(self._has)] = self._has
-            self._lengths, self._has = grown, has
+            len_all = np.zeros(cap, np.float32)
+            len_all[: len(self._len_all)] = self._len_all
+            self._lengths, self._has, self._len_all = grown, has, len_all
 
     def _document(self, slot: int, facet_texts: Sequence[str]) -> dict[int, bytes]:
         self._ensure(slot)
@@ -64,6 +69,7 @@ class LexicalIndex:
                     row = tf[kid] = bytearray(self._nf)
                 row[f] = min(c, 255)
         self._total += self._lengths[slot]
+        self._len_all[slot] = self._lengths[slot].sum()
         self._has[slot] = True
         self._docs += 1
         return {k: bytes(v) for k, v in tf.items()}
@@ -72,6 +78,7 @@ class LexicalIndex:
         if slot < len(self._has) and self._has[slot]:
             self._total -= self._lengths[slot]
             self._lengths[slot] = 0.0
+            self._len_all[slot] = 0.0
             self._has[slot] = False
             self._docs -= 1
 
@@ -133,13 +140,14 @@ class LexicalIndex:
             avg = max(float(self._total @ mask) / n_docs, 1e-9)
             slots_all = np.concatenate(slot_parts)
             f = np.concatenate(tf_parts) @ maskf
-            word_of = np.repeat(
-                np.array(owners, dtype=np.int32), [len(p) for p in slot_parts]
-            )
+            word_of = np.repeat(np.array(owners, dtype=np.int32), [len(p) for p in slot_parts])
             nz = f > 0
             if not nz.all():
                 slots_all, f, word_of = slots_all[nz], f[nz], word_of[nz]
-            norm = K1 * (1.0 - B + B * (self._lengths[slots_all] @ maskf) / avg)
+            # Word counts are whole numbers: the sum over every facet is exact
+            # either way, and per slot it is kept rather than recomputed.
+            lengths = self._len_all if maskf.all() else self._lengths @ maskf
+            norm = K1 * (1.0 - B + B * lengths.take(slots_all) / avg)
             contrib = idf[word_of] * f * (K1 + 1.0) / (f + norm)
         out: list[tuple[FloatArray, Ints]] = []
         for ws in word_sets:
@@ -186,5 +194,8 @@ class LexicalIndex:
         lex._lengths = np.asarray(arrays["lengths"], dtype=np.float32)
         lex._total = np.asarray(arrays["total"], dtype=np.float64)
         lex._has = np.asarray(arrays["has"], dtype=bool)
+        lex._len_all = lex._lengths.sum(axis=1, dtype=np.float32)
+        if len(lex._len_all) != len(lex._has):
+            raise ValueError("lexical snapshot is inconsistent")
         lex._docs = int(lex._has.sum())
         return lex
