@@ -113,8 +113,10 @@ class QRows:
 
     def scan_rows(self, queries: Vectors, rows: npt.NDArray[np.integer]) -> Vectors:
         """Similarities of the given rows with the query vectors: (len(rows), P)."""
-        out = similarities(self.codes[rows].astype(np.float32), queries)
-        out *= self.scale[rows][:, None]
+        rows = np.asarray(rows, dtype=np.intp)
+        # take() copies whole rows; fancy indexing is ~3x slower for this gather
+        out = similarities(self.codes.take(rows, axis=0).astype(np.float32), queries)
+        out *= self.scale.take(rows)[:, None]
         return out
 
     def drop_dense(self) -> None:
