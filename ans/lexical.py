@@ -162,7 +162,9 @@ class LexicalIndex:
             if len(ws) == len(vocab):
                 sel_slots, sel_contrib = slots_all, contrib
             else:
-                keep = np.isin(word_of, ids)
+                wanted = np.zeros(len(vocab), dtype=bool)
+                wanted[ids] = True
+                keep = wanted[word_of]  # np.isin sorts; a lookup table does not
                 sel_slots, sel_contrib = slots_all[keep], contrib[keep]
             dense = np.bincount(sel_slots, weights=sel_contrib, minlength=n_slots)[:n_slots]
             scores = (dense / max_total).astype(np.float32)

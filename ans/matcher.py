@@ -47,7 +47,7 @@ from .ann import AnnIndex, AnnSettings
 from .examples_index import ExampleBlocks
 from .lexical import LexicalIndex
 from .postings import SlotPostings
-from .qrows import QRows, similarities
+from .qrows import QRows, query_codes, similarities
 from .ranking import PRECISION
 from .text import candidate_tags, content_text, normalize_tag, segments, split_label
 
@@ -116,6 +116,10 @@ def normalize_rows(v: npt.NDArray[Any]) -> Vectors:
     return out
 
 
+# Up to this many tokens per chunk, token rows are gathered without de-duplication.
+SMALL_GATHER = 1024
+
+
 class WordLlamaEmbedder:
     """The default embedder: wordllama's bundled 256-d weights, never downloaded.
 
@@ -157,7 +161,7 @@ class WordLlamaEmbedder:
         ids = [enc.ids for enc in encoded]
         lens = np.fromiter((len(i) for i in ids), dtype=np.int64, count=len(ids))
         flat = np.fromiter((t for i in ids for t in i), dtype=np.int64, count=int(lens.sum()))
-        np.clip(flat, 0, top, out=flat)
+        np.minimum(flat, top, out=flat)  # token ids are never negative
         counts[:] = lens
         ends = np.cumsum(lens)
         chunk = 256  # bounded temporary: chunk x tokens x dim floats
@@ -169,10 +173,14 @@ class WordLlamaEmbedder:
             if not len(nz):
                 continue
             starts = (ends[a:b] - lens[a:b])[nz] - lo
-            # gather each distinct token's row once into a small, cache-resident table
-            uniq, inverse = np.unique(flat[lo:hi], return_inverse=True)
-            local = self._table[uniq]
-            sums[a + nz] = np.add.reduceat(local[inverse], starts, axis=0)
+            if hi - lo <= SMALL_GATHER:  # a query's few tokens: gather them directly
+                rows = self._table[flat[lo:hi]]
+            else:
+                # gather each distinct token's row once into a small, cache-resident
+                # table (the same rows in the same order: the same sums)
+                uniq, inverse = np.unique(flat[lo:hi], return_inverse=True)
+                rows = self._table[uniq][inverse]
+            sums[a + nz] = np.add.reduceat(rows, starts, axis=0)
         return sums, counts
 
     def embed(self, texts: Sequence[str]) -> Vectors:
@@ -263,11 +271,35 @@ ProfileSource = Callable[[Sequence[str]], Mapping[str, CapabilityProfile]]
 
 @dataclass(slots=True)
 class _Pass:
-    """Component arrays of one text (the whole intent or one part) over the candidates."""
+    """One text (the whole intent or one part) over the candidates: the fused
+    score, and the inputs it was fused from, to explain any one agent."""
 
-    components: dict[str, Vectors]
     fused: Vectors
     tags: list[tuple[str, npt.NDArray[np.int32]]]  # matched query tags and their holders
+    ctx: Vectors | None = None  # None: an empty text, nothing scored
+    cap: Vectors | None = None
+    lexical: Vectors | None = None
+    ex: Vectors | None = None
+    has_ex: npt.NDArray[np.bool_] | None = None
+    tag: Vectors | None = None
+    has_tags: npt.NDArray[np.bool_] | None = None
+
+    def components_at(self, i: int) -> dict[str, float]:
+        """The components of candidate ``i`` (unrounded), as :meth:`CapabilityIndex._fuse`
+        weighed them; a component the agent does not publish is absent."""
+        if self.ctx is None or self.cap is None or self.lexical is None:
+            return {}
+        out = {
+            "context": float(np.clip(self.ctx[i], 0.0, 1.0)),
+            "capability": float(np.clip(self.cap[i], 0.0, 1.0)),
+            "lexical": float(self.lexical[i]),
+        }
+        if self.ex is not None and self.has_ex is not None and self.has_ex[i]:
+            e = self.ex[i]
+            out["example"] = float(min(e, np.float32(1.0))) if e > EXAMPLE_FLOOR else 0.0
+        if self.tag is not None and self.has_tags is not None and self.has_tags[i]:
+            out["tag"] = float(self.tag[i])
+        return out
 
 
 @dataclass(slots=True)
@@ -337,11 +369,8 @@ class QueryScores:
         i = self._position(canonical_id)
         if i is None or self.index is None:
             return {"score_components": {}, "matched_tags": [], "matched_examples": []}
-        comps = {
-            name: round(float(arr[i]), PRECISION)
-            for name in COMPONENTS
-            if (arr := self.whole.components.get(name)) is not None and not np.isnan(arr[i])
-        }
+        raw = self.whole.components_at(i)
+        comps = {name: round(raw[name], PRECISION) for name in COMPONENTS if name in raw}
         if self.part_best is not None:
             comps["segment"] = round(float(self.part_best[i]), PRECISION)
         slot = int(self.slots[i])
@@ -665,10 +694,10 @@ class CapabilityIndex:
                 np.concatenate(ids) if ids else np.zeros(0, np.int64),
                 self.settings,
             )
-            # the exhaustive float copies are not needed any more
-            self._ctx.drop_dense()
-            self._cap.drop_dense()
-            self._examples.rows.drop_dense()
+            # the packed copies for exhaustive scans are not needed any more
+            self._ctx.drop_packed()
+            self._cap.drop_packed()
+            self._examples.rows.drop_packed()
 
     # -- query -----------------------------------------------------------------------
     def query_vectors(self, texts: Sequence[str]) -> Vectors:
@@ -741,12 +770,13 @@ class CapabilityIndex:
                     if full
                     else self._candidates(q, lex, tag_passes, use_examples, n, restricted)
                 )
+            qc = query_codes(q)  # context and capability rows share the query codes
             if full:
-                ctx_all = self._ctx.scan(q, n)
+                ctx_all = self._ctx.scan(qc, n)
                 cap_all = (
                     similarities(self._restricted_capability(cand, allowed), q)
                     if restricted
-                    else self._cap.scan(q, n)
+                    else self._cap.scan(qc, n)
                 )
                 ex_all = (
                     self._examples.best(q, n)[0]
@@ -756,20 +786,22 @@ class CapabilityIndex:
             else:
                 if restricted and len(cand) > RESTRICTED_RERANK:
                     cand = self._narrow(cand, q, lex, tag_passes, use_examples)
-                ctx_all = self._ctx.scan_rows(q, cand)
+                ctx_all = self._ctx.scan_rows(qc, cand)
                 cap_all = (
                     similarities(self._restricted_capability(cand, allowed), q)
                     if restricted
-                    else self._cap.scan_rows(q, cand)
+                    else self._cap.scan_rows(qc, cand)
                 )
                 ex_all = (
                     self._examples.best_of(q, cand)
                     if use_examples and self._examples.total
                     else np.zeros((len(cand), len(texts)), np.float32)
                 )
-            has_ex = self._has_examples[cand] & use_examples
-            has_tags = self._n_tags[cand] > 0
+            pick = slice(0, n) if full else cand  # every slot: no gather
+            has_ex = self._has_examples[pick] & use_examples
+            has_tags = self._n_tags[pick] > 0
             ids = _ids_at(self._id_of, cand, full)
+        plain, with_tag = self._weight_sums(has_ex, has_tags)
         passes = []
         for i in range(len(texts)):
             tag_dense, tag_list = tag_passes[i]
@@ -777,13 +809,14 @@ class CapabilityIndex:
                 self._fuse(
                     ctx_all[:, i],
                     cap_all[:, i],
-                    lex[i][0][cand],
+                    lex[i][0][pick],
                     ex_all[:, i],
                     has_ex,
-                    tag_dense[cand] if tag_dense is not None else None,
+                    tag_dense[pick] if tag_dense is not None else None,
                     has_tags,
                     tag_list,
                     not np.any(q[i]),
+                    plain if tag_dense is None else with_tag,
                 )
             )
         whole = passes[0]
@@ -860,16 +893,20 @@ class CapabilityIndex:
             if use_examples and self._examples.total
             else np.zeros(len(cand), np.float32)
         )
+        has_ex = self._has_examples[cand] & use_examples
+        has_tags = self._n_tags[cand] > 0
+        plain, with_tag = self._weight_sums(has_ex, has_tags)
         prelim = self._fuse(
             self._ctx.scan_rows(q0, cand)[:, 0],
             self._cap.scan_rows(q0, cand)[:, 0],
             lex[0][0][cand],
             ex,
-            self._has_examples[cand] & use_examples,
+            has_ex,
             tag_dense[cand] if tag_dense is not None else None,
-            self._n_tags[cand] > 0,
+            has_tags,
             tag_list,
             not np.any(q0),
+            plain if tag_dense is None else with_tag,
         ).fused
         keep = np.argpartition(-prelim, RESTRICTED_RERANK - 1)[:RESTRICTED_RERANK]
         out: Slots = np.sort(cand[keep])
@@ -911,18 +948,19 @@ class CapabilityIndex:
         return self._source(ids)
 
     def matched_examples(self, canonical_id: str, slot: int, q: Vectors) -> list[dict[str, Any]]:
-        """The agent's best-matching published examples for the query vectors."""
+        """The agent's best-matching published examples for the query vectors
+        (each scored exactly as the example component scores it)."""
         with self._lock:
             if self._slot_of.get(canonical_id) != slot:
                 return []
-            vecs = self._examples.vectors_of(slot)
-        if not len(vecs):
+            sims = self._examples.sims_of(slot, q)
+        if not len(sims):
             return []
         profile = self._profiles_of([canonical_id]).get(canonical_id)
         if profile is None:
             return []
-        best = (vecs @ self._examples.project(q).T).max(axis=1)
-        examples = profile.examples[: len(vecs)]
+        best = sims.max(axis=1)
+        examples = profile.examples[: len(sims)]
         order = sorted(range(len(examples)), key=lambda k: (-float(best[k]), k))
         return [
             {
@@ -1009,34 +1047,51 @@ class CapabilityIndex:
         has_tags: npt.NDArray[np.bool_],
         tags: list[tuple[str, npt.NDArray[np.int32]]],
         empty: bool,
+        weight_sum: Vectors,
     ) -> _Pass:
+        """The weighted mean of the components over ``weight_sum`` (the weights of
+        the components each agent has: :meth:`_weight_sums`)."""
         n = len(ctx)
         if empty:
-            return _Pass({}, np.zeros(n, dtype=np.float32), [])
-        comps: dict[str, Vectors] = {
-            "context": np.clip(ctx, 0.0, 1.0),
-            "capability": np.clip(cap, 0.0, 1.0),
-            "lexical": lexical,
-        }
-        total = (
-            WEIGHTS["context"] * comps["context"]
-            + WEIGHTS["capability"] * comps["capability"]
-            + WEIGHTS["lexical"] * lexical
-        )
-        weight_sum = np.full(
-            n, WEIGHTS["context"] + WEIGHTS["capability"] + WEIGHTS["lexical"], dtype=np.float32
-        )
-        if np.any(has_ex):
-            ex = np.where(ex > EXAMPLE_FLOOR, np.minimum(ex, 1.0), 0.0)
-            comps["example"] = np.where(has_ex, ex, np.nan).astype(np.float32)
-            total += WEIGHTS["example"] * np.where(has_ex, ex, 0.0)
-            weight_sum += WEIGHTS["example"] * has_ex
+            return _Pass(np.zeros(n, dtype=np.float32), [])
+        total = WEIGHTS["context"] * np.clip(ctx, 0.0, 1.0)
+        total += WEIGHTS["capability"] * np.clip(cap, 0.0, 1.0)
+        total += WEIGHTS["lexical"] * lexical
+        any_ex = bool(has_ex.any())
+        if any_ex:
+            exv = np.where(ex > EXAMPLE_FLOOR, np.minimum(ex, 1.0), 0.0)
+            total += WEIGHTS["example"] * np.where(has_ex, exv, 0.0)
         if tag is not None:
-            comps["tag"] = np.where(has_tags, tag, np.nan).astype(np.float32)
             total += WEIGHTS["tag"] * np.where(has_tags, tag, 0.0)
-            weight_sum += WEIGHTS["tag"] * has_tags
-        fused = np.clip(total / weight_sum, 0.0, 1.0).astype(np.float32)
-        return _Pass(comps, fused, tags)
+        total /= weight_sum
+        fused = np.clip(total, 0.0, 1.0, out=total).astype(np.float32, copy=False)
+        return _Pass(
+            fused,
+            tags,
+            ctx,
+            cap,
+            lexical,
+            ex if any_ex else None,
+            has_ex,
+            tag,
+            has_tags,
+        )
+
+    @staticmethod
+    def _weight_sums(
+        has_ex: npt.NDArray[np.bool_], has_tags: npt.NDArray[np.bool_]
+    ) -> tuple[Vectors, Vectors]:
+        """Per candidate, the sum of the weights of the components it has: without
+        and with the tag component (a text names a known tag or not)."""
+        base = np.full(
+            len(has_ex),
+            WEIGHTS["context"] + WEIGHTS["capability"] + WEIGHTS["lexical"],
+            dtype=np.float32,
+        )
+        base += WEIGHTS["example"] * has_ex
+        with_tag = base.copy()
+        with_tag += WEIGHTS["tag"] * has_tags
+        return base, with_tag
 
     def _tag_scores(
         self, text: str, n: int

@@ -7,17 +7,22 @@ the same on every read, so scores stay deterministic for identical index
 contents.
 
 Similarities with query vectors (:meth:`QRows.scan`, :meth:`QRows.scan_rows`)
-are computed as ``(codes · q) * scale``: the codes as float32, one dot product
-per row, then the row's scale. For exhaustive scans a float32 copy of the
-codes is kept alongside (built once, kept up to date); for a candidate set
-only those rows' codes are converted. Both take the same code path, so the
-exhaustive and the candidate paths agree to float32 rounding (the BLAS kernel
-may sum a row in another order depending on where it sits in its block: a few
-units in the last place, far below the six decimals a score is rounded to).
+quantize each query vector the same way (int8 codes, one scale), take the
+exact integer dot product of the codes (numkong's packed int8 kernels:
+int32 accumulation, no rounding) and then multiply by the row's scale and the
+query's scale in float32. The integer part is exact whichever kernel or path
+computes it, so an exhaustive scan and a candidate scan give bit-identical
+numbers for the same row, on any machine. For exhaustive scans a packed copy
+of the codes is kept (built on the first scan; rows written since are
+recomputed directly until they amount to 1/:data:`REPACK_SHARE` of the
+rows, then the copy is rebuilt).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import numkong
 import numpy as np
 import numpy.typing as npt
 
@@ -31,7 +36,8 @@ SCAN_BLOCK_BYTES = 1 << 20
 
 
 def similarities(rows: Vectors, queries: Vectors) -> Vectors:
-    """``rows @ queries.T`` as an (len(rows), P) array whose columns are contiguous.
+    """``rows @ queries.T`` as an (len(rows), P) array whose columns are contiguous,
+    for float rows (the int8 stores use :meth:`QRows.scan`).
 
     For the few query vectors of a DISCOVER (the intent and its segments),
     BLAS's matrix product packs the whole row matrix first and costs about
@@ -61,12 +67,50 @@ def quantize(v: Vectors) -> tuple[npt.NDArray[np.int8], Vectors]:
     return codes, scale
 
 
+class QueryCodes(NamedTuple):
+    """Query vectors quantized like the rows: int8 codes (P, dim) and one scale each."""
+
+    codes: npt.NDArray[np.int8]
+    scale: Vectors
+
+
+def query_codes(queries: Vectors | QueryCodes) -> QueryCodes:
+    """Quantize query vectors once for several scans (already quantized: as is)."""
+    if isinstance(queries, QueryCodes):
+        return queries
+    return QueryCodes(*quantize(queries))
+
+
+def int_dots(codes: npt.NDArray[np.int8], q8: npt.NDArray[np.int8]) -> npt.NDArray[np.int32]:
+    """Exact ``q8 @ codes.T`` in int32: (P, len(codes))."""
+    if len(codes) == 0 or len(q8) == 0:
+        return np.zeros((len(q8), len(codes)), dtype=np.int32)
+    packed = numkong.dots_pack(np.ascontiguousarray(codes, dtype=np.int8))
+    return np.asarray(numkong.dots_packed(q8, packed), dtype=np.int32)
+
+
+# Rows written since the packed copy was built are recomputed directly; when
+# they exceed this share of the scanned rows (and REPACK_MIN), the copy is rebuilt.
+REPACK_SHARE = 8
+REPACK_MIN = 256
+
+
+def _finish(raw: npt.NDArray[np.int32], row_scale: Vectors, q_scale: Vectors) -> Vectors:
+    """Integer dot products (P, m) -> similarities (m, P), columns contiguous."""
+    out = raw.astype(np.float32)
+    out *= row_scale[None, :]
+    out *= q_scale[:, None]
+    return out.T
+
+
 class QRows:
     def __init__(self, dim: int) -> None:
         self.dim = dim
         self.codes = np.zeros((0, dim), dtype=np.int8)
         self.scale = np.zeros(0, dtype=np.float32)
-        self._dense: Vectors | None = None
+        self._packed: numkong.PackedMatrix | None = None
+        self._packed_n = 0
+        self._stale = np.zeros(0, dtype=bool)  # rows written since packing
 
     def __len__(self) -> int:
         return len(self.scale)
@@ -79,48 +123,68 @@ class QRows:
         codes[: len(self.codes)] = self.codes
         scale = np.zeros(cap, dtype=np.float32)
         scale[: len(self.scale)] = self.scale
-        self.codes, self.scale = codes, scale
-        if self._dense is not None:
-            dense = np.zeros((cap, self.dim), dtype=np.float32)
-            dense[: len(self._dense)] = self._dense
-            self._dense = dense
+        stale = np.zeros(cap, dtype=bool)
+        stale[: len(self._stale)] = self._stale
+        self.codes, self.scale, self._stale = codes, scale, stale
 
     def set(self, rows: Index | slice, vectors: Vectors) -> None:
         codes, scale = quantize(vectors)
         self.codes[rows] = codes
         self.scale[rows] = scale
-        if self._dense is not None:
-            self._dense[rows] = codes
+        self._stale[rows] = True
 
     def clear(self, rows: Index | slice) -> None:
         self.codes[rows] = 0
         self.scale[rows] = 0.0
-        if self._dense is not None:
-            self._dense[rows] = 0.0
+        self._stale[rows] = True
 
     def get(self, rows: Index) -> Vectors:
         out: Vectors = self.codes[rows].astype(np.float32)
         out *= self.scale[rows][..., None]
         return out
 
-    def scan(self, queries: Vectors, n: int) -> Vectors:
+    def scan(self, queries: Vectors | QueryCodes, n: int) -> Vectors:
         """Similarities of rows [0, n) with the query vectors: (n, P)."""
-        if self._dense is None or len(self._dense) < len(self.scale):
-            self._dense = self.codes.astype(np.float32)
-        out = similarities(self._dense[:n], queries)
-        out *= self.scale[:n, None]
-        return out
+        q8, q_scale = query_codes(queries)
+        if n <= 0:
+            return np.zeros((0, len(q8)), dtype=np.float32)
+        stale = self._fresh_pack(n)
+        packed_n = self._packed_n
+        assert self._packed is not None
+        raw = np.asarray(numkong.dots_packed(q8, self._packed), dtype=np.int32)
+        if n > packed_n or len(stale):
+            whole = np.empty((len(q8), n), dtype=np.int32)
+            whole[:, :packed_n] = raw
+            whole[:, packed_n:] = int_dots(self.codes[packed_n:n], q8)
+            if len(stale):
+                whole[:, stale] = int_dots(self.codes.take(stale, axis=0), q8)
+            raw = whole
+        return _finish(raw, self.scale[:n], q_scale)
 
-    def scan_rows(self, queries: Vectors, rows: npt.NDArray[np.integer]) -> Vectors:
+    def _fresh_pack(self, n: int) -> npt.NDArray[np.intp]:
+        """Make sure a packed copy covers a useful prefix of rows [0, n); return the
+        packed rows written since it was built."""
+        if self._packed is not None and self._packed_n <= n:
+            stale = np.flatnonzero(self._stale[: self._packed_n])
+            if (n - self._packed_n) + len(stale) <= max(REPACK_MIN, n // REPACK_SHARE):
+                return stale
+        self._packed = numkong.dots_pack(np.ascontiguousarray(self.codes[:n]))
+        self._packed_n = n
+        self._stale[:] = False
+        return np.zeros(0, dtype=np.intp)
+
+    def scan_rows(self, queries: Vectors | QueryCodes, rows: npt.NDArray[np.integer]) -> Vectors:
         """Similarities of the given rows with the query vectors: (len(rows), P)."""
+        q8, q_scale = query_codes(queries)
         rows = np.asarray(rows, dtype=np.intp)
         # take() copies whole rows; fancy indexing is ~3x slower for this gather
-        out = similarities(self.codes.take(rows, axis=0).astype(np.float32), queries)
-        out *= self.scale.take(rows)[:, None]
-        return out
+        raw = int_dots(self.codes.take(rows, axis=0), q8)
+        return _finish(raw, self.scale.take(rows), q_scale)
 
-    def drop_dense(self) -> None:
-        self._dense = None
+    def drop_packed(self) -> None:
+        """Forget the packed copy (memory; or the rows were moved wholesale)."""
+        self._packed = None
+        self._packed_n = 0
 
     def state(self, prefix: str, n: int) -> dict[str, npt.NDArray[np.generic]]:
         return {f"{prefix}_codes": self.codes[:n], f"{prefix}_scale": self.scale[:n]}
@@ -132,4 +196,5 @@ class QRows:
         q.scale = np.asarray(arrays[f"{prefix}_scale"], dtype=np.float32)
         if len(q.codes) != len(q.scale):
             raise ValueError(f"{prefix} snapshot is inconsistent")
+        q._stale = np.zeros(len(q.scale), dtype=bool)
         return q

@@ -1,13 +1,12 @@
-"""int8 row store: blocked similarity scans; exhaustive and candidate paths agree
-to float32 rounding (the BLAS kernel sums a row in an order that can depend on
-where the row sits in its block, a few units in the last place)."""
+"""int8 row store: exact integer scans, so the exhaustive and the candidate paths
+give bit-identical similarities; and the float blocked scan used for float rows."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from ans.qrows import SCAN_BLOCK_BYTES, QRows, similarities
+from ans.qrows import REPACK_MIN, SCAN_BLOCK_BYTES, QRows, int_dots, quantize, similarities
 
 
 def unit_rows(n: int, dim: int, seed: int) -> np.ndarray:
@@ -35,6 +34,28 @@ def test_similarities_of_nothing() -> None:
     assert similarities(unit_rows(5, 8, 3), np.zeros((0, 8), np.float32)).shape == (5, 0)
 
 
+def reference(store: QRows, q: np.ndarray, n: int) -> np.ndarray:
+    """The documented formula, in NumPy: exact int64 dot products of the codes,
+    then float32 x row scale x query scale."""
+    q8, qs = quantize(q)
+    raw = (q8.astype(np.int64) @ store.codes[:n].astype(np.int64).T).astype(np.float32)
+    raw *= store.scale[:n][None, :]
+    raw *= qs[:, None]
+    return raw.T
+
+
+@pytest.mark.parametrize("dim", [3, 64, 100, 256])
+def test_int_dots_are_exact(dim: int) -> None:
+    rng = np.random.default_rng(dim)
+    for n, p in [(0, 2), (1, 1), (37, 3), (1000, 5)]:
+        codes = rng.integers(-127, 128, (n, dim), dtype=np.int8)
+        q8 = rng.integers(-127, 128, (p, dim), dtype=np.int8)
+        got = int_dots(codes, q8)
+        assert got.shape == (p, n) and got.dtype == np.int32
+        assert np.array_equal(got, q8.astype(np.int64) @ codes.astype(np.int64).T)
+    assert int_dots(np.zeros((4, dim), np.int8), np.zeros((0, dim), np.int8)).shape == (0, 4)
+
+
 def test_exhaustive_and_candidate_scans_give_the_same_numbers() -> None:
     dim, n = 64, 5000
     store = QRows(dim)
@@ -43,14 +64,54 @@ def test_exhaustive_and_candidate_scans_give_the_same_numbers() -> None:
     q = unit_rows(3, dim, 5)
     picked = np.array([4999, 0, 17, 2048, 2049, 3333])
     full = store.scan(q, n)
-    np.testing.assert_allclose(full[picked], store.scan_rows(q, picked), rtol=0, atol=1e-6)
-    # scores are the cosines of the dequantized rows, up to float rounding
-    np.testing.assert_allclose(full, store.get(np.arange(n)) @ q.T, atol=1e-5)
+    assert full.shape == (n, 3) and all(full[:, j].flags.c_contiguous for j in range(3))
+    assert np.array_equal(full, reference(store, q, n))
+    assert np.array_equal(full[picked], store.scan_rows(q, picked))
+    # both sides quantized: within 1e-2 of the float cosines
+    np.testing.assert_allclose(full, unit_rows(n, dim, 4) @ q.T, atol=1e-2)
 
-    # the float copy kept for exhaustive scans follows later writes
+    # rows written after the packed copy was built are recomputed, not read stale
     store.set(np.array([17]), unit_rows(1, dim, 6))
     store.clear(np.array([0]))
     again = store.scan(q, n)
-    np.testing.assert_allclose(again[picked], store.scan_rows(q, picked), rtol=0, atol=1e-6)
+    assert np.array_equal(again, reference(store, q, n))
+    assert np.array_equal(again[picked], store.scan_rows(q, picked))
     assert np.abs(again[17] - full[17]).max() > 1e-3
     assert np.all(again[0] == 0.0)
+
+
+def test_scans_follow_growth_and_repacking() -> None:
+    dim = 32
+    store = QRows(dim)
+    q = unit_rows(2, dim, 7)
+    assert store.scan(q, 0).shape == (0, 2)
+    n = 4 * REPACK_MIN
+    store.reserve(n)
+    store.set(slice(0, n), unit_rows(n, dim, 8))
+    assert np.array_equal(store.scan(q, n), reference(store, q, n))
+    # a few more rows: scanned as a tail past the packed copy
+    store.reserve(n + 10)
+    store.set(slice(n, n + 10), unit_rows(10, dim, 9))
+    assert np.array_equal(store.scan(q, n + 10), reference(store, q, n + 10))
+    # many rows rewritten: past the threshold the copy is rebuilt; same numbers
+    m = n + 10
+    store.set(slice(0, m), unit_rows(m, dim, 10))
+    assert np.array_equal(store.scan(q, m), reference(store, q, m))
+    # a shorter scan than the packed copy
+    assert np.array_equal(store.scan(q, 5), reference(store, q, 5))
+    # a zero query vector scores 0 everywhere
+    zero = np.zeros((1, dim), np.float32)
+    assert np.all(store.scan(zero, m) == 0.0)
+
+
+def test_snapshot_round_trip_scans_the_same() -> None:
+    dim, n = 48, 700
+    store = QRows(dim)
+    store.reserve(n)
+    store.set(slice(0, n), unit_rows(n, dim, 11))
+    q = unit_rows(3, dim, 12)
+    back = QRows.restore(dim, "x", {k: v.copy() for k, v in store.state("x", n).items()})
+    assert np.array_equal(back.scan(q, n), store.scan(q, n))
+    back.reserve(n + 1)
+    back.set(np.array([n]), unit_rows(1, dim, 13))
+    assert np.array_equal(back.scan(q, n + 1)[:n], store.scan(q, n))
