@@ -116,10 +116,6 @@ def normalize_rows(v: npt.NDArray[Any]) -> Vectors:
     return out
 
 
-# Up to this many tokens per chunk, token rows are gathered without de-duplication.
-SMALL_GATHER = 1024
-
-
 class WordLlamaEmbedder:
     """The default embedder: wordllama's bundled 256-d weights, never downloaded.
 
@@ -139,15 +135,20 @@ class WordLlamaEmbedder:
         wl = WordLlama.load(
             dim=dim, cache_dir=Path(wordllama.__file__).parent, disable_download=True
         )
-        self._table = np.ascontiguousarray(wl.embedding, dtype=np.float32)
+        table = np.ascontiguousarray(wl.embedding, dtype=np.float32)
+        # Kept transposed (dim x vocab): a text's token columns are gathered with
+        # one take() and summed along contiguous rows -- the same additions in
+        # the same order as summing token rows, ~6x faster for a batch.
+        self._table_t = np.ascontiguousarray(table.T)
+        self._vocab = int(table.shape[0])
         self._tok = wl.tokenizer
-        self.dim = int(self._table.shape[1])
+        self.dim = int(table.shape[1])
         # no padding: we pool per text ourselves (padding to the longest text in a
         # batch would tokenize and gather pad tokens for nothing)
         self._tok.no_padding()
         self._tok.no_truncation()
-        digest = hashlib.sha256(self._table[:64].tobytes()).hexdigest()[:16]
-        self.fingerprint = f"wordllama-{self.dim}-{self._table.shape[0]}-{digest}"
+        digest = hashlib.sha256(table[:64].tobytes()).hexdigest()[:16]
+        self.fingerprint = f"wordllama-{self.dim}-{self._vocab}-{digest}"
         # wordllama is Matryoshka-trained: its leading 128 dims are an embedding too
         self.prefix_dims = min(128, self.dim)
 
@@ -157,7 +158,7 @@ class WordLlamaEmbedder:
         if not texts:
             return sums, counts
         encoded = self._tok.encode_batch(list(texts), add_special_tokens=False)
-        top = self._table.shape[0] - 1
+        top = self._vocab - 1
         ids = [enc.ids for enc in encoded]
         lens = np.fromiter((len(i) for i in ids), dtype=np.int64, count=len(ids))
         flat = np.fromiter((t for i in ids for t in i), dtype=np.int64, count=int(lens.sum()))
@@ -173,14 +174,8 @@ class WordLlamaEmbedder:
             if not len(nz):
                 continue
             starts = (ends[a:b] - lens[a:b])[nz] - lo
-            if hi - lo <= SMALL_GATHER:  # a query's few tokens: gather them directly
-                rows = self._table[flat[lo:hi]]
-            else:
-                # gather each distinct token's row once into a small, cache-resident
-                # table (the same rows in the same order: the same sums)
-                uniq, inverse = np.unique(flat[lo:hi], return_inverse=True)
-                rows = self._table[uniq][inverse]
-            sums[a + nz] = np.add.reduceat(rows, starts, axis=0)
+            columns = self._table_t.take(flat[lo:hi], axis=1)  # dim x tokens
+            sums[a + nz] = np.add.reduceat(columns, starts, axis=1).T
         return sums, counts
 
     def embed(self, texts: Sequence[str]) -> Vectors:

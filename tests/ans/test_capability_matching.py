@@ -320,3 +320,23 @@ def test_evidence_is_inside_the_signed_result(
             tampered, service.governance_keys.__class__.from_jwks(service.jwks()), "ans_signature"
         )
     service.store.close()
+
+
+def test_embedding_a_text_alone_or_in_a_batch_gives_the_same_bits(embedder: Any) -> None:
+    """Pooling sums each text's token vectors in token order, whatever else is in
+    the batch (so an agent ACTIVATEd alone and one bulk-imported get identical
+    vectors), and equals the plain sum of the token rows up to float rounding."""
+    texts = [
+        "Audit Solidity smart contracts for reentrancy",
+        "",
+        "translate documents between English and French " * 40,  # a long text
+        "x",
+    ] + [f"agent number {i} books flights and hotels" for i in range(300)]  # > one chunk
+    sums, counts = embedder.embed_sums(texts)
+    for i in (0, 1, 2, 3, 299, 302):
+        alone, n = embedder.embed_sums([texts[i]])
+        assert np.array_equal(alone[0], sums[i]) and n[0] == counts[i]
+    assert counts[1] == 0 and not sums[1].any()
+    ids = embedder._tok.encode(texts[0], add_special_tokens=False).ids
+    table = embedder._table_t.T
+    np.testing.assert_allclose(sums[0], table[ids].sum(axis=0), rtol=0, atol=1e-5)
