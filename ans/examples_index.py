@@ -126,10 +126,9 @@ class ExampleBlocks:
             gaps = np.diff(starts)
             even = len(starts) > 1 and bool((gaps == gaps[0]).all()) and gaps[0] > 0
 
-            def rows(first: Ints) -> Ints | slice:
-                if even and len(first) == len(starts):
-                    step = int(gaps[0])
-                    return slice(int(first[0]), int(first[-1]) + 1, step)
+            def rows(first: Ints) -> Ints | slice:  # first: one row per slot
+                if even:
+                    return slice(int(first[0]), int(first[-1]) + 1, int(gaps[0]))
                 return first
 
             steps: list[tuple[Ints | None, Ints | slice]] = []

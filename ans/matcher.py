@@ -81,6 +81,14 @@ WEIGHTS: dict[str, float] = {
 COMPONENTS = ("tag", "context", "capability", "example", "lexical")
 # Example similarities at or below this are "no match" (0) — a priori.
 EXAMPLE_FLOOR = 0.2
+
+
+def example_value(sims: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """Example similarities as the example component counts them: at or below
+    :data:`EXAMPLE_FLOOR` 0, else capped at 1."""
+    return np.where(sims > EXAMPLE_FLOOR, np.minimum(sims, 1.0), 0.0).astype(np.float32)
+
+
 # Weight of the whole intent vs its best part for compound intents — a priori.
 SEGMENT_MIX = 0.5
 MAX_EVIDENCE_EXAMPLES = 3
@@ -290,8 +298,7 @@ class _Pass:
             "lexical": float(self.lexical[i]),
         }
         if self.ex is not None and self.has_ex is not None and self.has_ex[i]:
-            e = self.ex[i]
-            out["example"] = float(min(e, np.float32(1.0))) if e > EXAMPLE_FLOOR else 0.0
+            out["example"] = float(example_value(self.ex[i : i + 1])[0])
         if self.tag is not None and self.has_tags is not None and self.has_tags[i]:
             out["tag"] = float(self.tag[i])
         return out
@@ -796,7 +803,7 @@ class CapabilityIndex:
             has_ex = self._has_examples[pick] & use_examples
             has_tags = self._n_tags[pick] > 0
             ids = _ids_at(self._id_of, cand, full)
-        plain, with_tag = self._weight_sums(has_ex, has_tags)
+        weight_sums = self._weight_sums(has_ex, has_tags)
         passes = []
         for i in range(len(texts)):
             tag_dense, tag_list = tag_passes[i]
@@ -811,7 +818,7 @@ class CapabilityIndex:
                     has_tags,
                     tag_list,
                     not np.any(q[i]),
-                    plain if tag_dense is None else with_tag,
+                    weight_sums,
                 )
             )
         whole = passes[0]
@@ -890,7 +897,6 @@ class CapabilityIndex:
         )
         has_ex = self._has_examples[cand] & use_examples
         has_tags = self._n_tags[cand] > 0
-        plain, with_tag = self._weight_sums(has_ex, has_tags)
         prelim = self._fuse(
             self._ctx.scan_rows(q0, cand)[:, 0],
             self._cap.scan_rows(q0, cand)[:, 0],
@@ -901,7 +907,7 @@ class CapabilityIndex:
             has_tags,
             tag_list,
             not np.any(q0),
-            plain if tag_dense is None else with_tag,
+            self._weight_sums(has_ex, has_tags),
         ).fused
         keep = np.argpartition(-prelim, RESTRICTED_RERANK - 1)[:RESTRICTED_RERANK]
         out: Slots = np.sort(cand[keep])
@@ -1019,7 +1025,7 @@ class CapabilityIndex:
                 weight_sum += w["tag"] * has_tags
             if len(vecs.examples) and self._examples.total > 0:
                 best = self._examples.best_of(vecs.examples, slots)  # (n, examples of profile)
-                example = np.where(best > EXAMPLE_FLOOR, np.minimum(best, 1.0), 0.0).mean(axis=1)
+                example = example_value(best).mean(axis=1)
                 has_examples = self._has_examples[slots]
                 total += w["example"] * np.where(has_examples, example, 0.0)
                 weight_sum += w["example"] * has_examples
@@ -1042,10 +1048,11 @@ class CapabilityIndex:
         has_tags: npt.NDArray[np.bool_],
         tags: list[tuple[str, npt.NDArray[np.int32]]],
         empty: bool,
-        weight_sum: Vectors,
+        weight_sums: tuple[Vectors, Vectors],
     ) -> _Pass:
-        """The weighted mean of the components over ``weight_sum`` (the weights of
-        the components each agent has: :meth:`_weight_sums`)."""
+        """The weighted mean of the components over the weights of the components
+        each agent has (``weight_sums``: :meth:`_weight_sums`, without and with
+        the tag component)."""
         n = len(ctx)
         if empty:
             return _Pass(np.zeros(n, dtype=np.float32), [])
@@ -1054,11 +1061,10 @@ class CapabilityIndex:
         total += WEIGHTS["lexical"] * lexical
         any_ex = bool(has_ex.any())
         if any_ex:
-            exv = np.where(ex > EXAMPLE_FLOOR, np.minimum(ex, 1.0), 0.0)
-            total += WEIGHTS["example"] * np.where(has_ex, exv, 0.0)
+            total += WEIGHTS["example"] * np.where(has_ex, example_value(ex), 0.0)
         if tag is not None:
             total += WEIGHTS["tag"] * np.where(has_tags, tag, 0.0)
-        total /= weight_sum
+        total /= weight_sums[tag is not None]
         fused = np.clip(total, 0.0, 1.0, out=total).astype(np.float32, copy=False)
         return _Pass(
             fused,
