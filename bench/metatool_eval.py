@@ -219,7 +219,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=200,
         help="how many evaluation queries also go through a real server (0: none)",
     )
+    ap.add_argument(
+        "--onnx-model",
+        type=Path,
+        help="measure an optional ONNX sentence embedder instead of wordllama "
+        "(bench/onnx_embedder.py; needs onnxruntime and --onnx-tokenizer)",
+    )
+    ap.add_argument("--onnx-tokenizer", type=Path, help="its tokenizer.json")
     args = ap.parse_args(argv)
+    if (args.onnx_model is None) != (args.onnx_tokenizer is None):
+        ap.error("--onnx-model and --onnx-tokenizer go together")
+    if args.onnx_model is not None and args.http_sample:
+        ap.error("the HTTP check runs the server's own embedder: use --http-sample 0")
 
     folder = find_split(args.data)
     data = json.loads((folder / "split.json").read_text(encoding="utf-8"))
@@ -227,14 +238,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ans.matcher import WordLlamaEmbedder
 
     configure_logging("error")
-    embedder = WordLlamaEmbedder()
+    embedder: Any
+    if args.onnx_model is not None:
+        from onnx_embedder import OnnxSentenceEmbedder  # bench/ is on sys.path
+
+        embedder = OnnxSentenceEmbedder(args.onnx_model, args.onnx_tokenizer)
+        embedder_name = f"ONNX {args.onnx_model.name} ({embedder.fingerprint}), optional trial"
+        command = (
+            f"python bench/metatool_eval.py --http-sample 0 --onnx-model {args.onnx_model.name} "
+            f"--onnx-tokenizer {args.onnx_tokenizer.name}"
+        )
+    else:
+        embedder = WordLlamaEmbedder()
+        embedder_name = "wordllama l2_supercat 256-d (bundled weights)"
+        command = "python bench/metatool_eval.py"
     gov = SigningKey.generate()
     singles = data["eval_single"]
     multis = data["eval_multi"]
     report: dict[str, Any] = {
-        "command": "python bench/metatool_eval.py",
+        "command": command,
         "split_sha256": hashlib.sha256((folder / "split.json").read_bytes()).hexdigest(),
-        "embedder": "wordllama l2_supercat 256-d (bundled weights)",
+        "embedder": embedder_name,
         "weights": WEIGHTS,
         "machine": f"{platform.machine()} {os.cpu_count()} cpu, Python {platform.python_version()}",
         "sizes": {"agents": len(data["examples"]), "single": len(singles), "multi": len(multis)},
