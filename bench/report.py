@@ -35,9 +35,13 @@ def fmt(v: Any, unit: str = "") -> str:
 
 
 def size_label(n: int) -> str:
-    return f"{n // 1_000_000}M" if n >= 1_000_000 and n % 1_000_000 == 0 else (
-        f"{n // 1000}k" if n % 1000 == 0 else str(n)
-    )
+    """1M, 100k, 10k; a count that is not round (a catalog plus the agents the
+    load bench ACTIVATEd into it) keeps its exact figure beside the nearest label."""
+    for unit, suffix in ((1_000_000, "M"), (1000, "k")):
+        if n >= unit:
+            label = f"{n / unit:.3g}{suffix}"
+            return label if n % unit == 0 else f"~{label} ({n:,})"
+    return str(n)
 
 
 def plot(results: dict[str, Any], out: Path) -> None:
@@ -107,9 +111,14 @@ def markdown(results: dict[str, Any], plot_name: str) -> str:
         "",
         "```sh",
         "make install",
-        ".venv/bin/python bench/load.py --agents 10000,100000   # writes bench/results/load.json",
-        ".venv/bin/python bench/report.py                        # writes this page and the plot",
-        ".venv/bin/python bench/load.py --quick                  # CI: 10k, 2 s/level, c=1,16;"
+        "OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/load.py --agents 10000,100000,1000000"
+        "   # bench/results/load.json (~25 min; --agents 10000,100000: ~4 min)",
+        "OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/index_scale.py --queries 120 "
+        "--data-dir /tmp/ans-bench/run-N/data \\",
+        "    --queries-file /tmp/ans-bench/catalog-synth-N-s1/queries.jsonl "
+        "--out bench/results/index_scale-N.json   # N = 100000, 1000000",
+        ".venv/bin/python bench/report.py          # writes this page and the plot",
+        ".venv/bin/python bench/load.py --quick    # CI: 10k, 2 s/level, c=1,16;"
         " fails on errors only",
         "```",
         "",
