@@ -440,8 +440,8 @@ class CapabilityIndex:
 
     Up to ``settings.exact_max`` agents a query scores every agent (exact).
     Above it, candidates come from FAISS (capability and example vectors),
-    the BM25 postings and the tag postings, ``settings.candidates`` per source
-    and query text, and only they are scored - with the same formulas. A
+    the BM25 postings and the tag postings, ``settings.candidates_at(n)`` per
+    source and query text, and only they are scored - with the same formulas. A
     ``capability_domains`` query always scores candidates: it re-embeds their
     allowed facets (from ``profile_source``, e.g. the store) on the fly, since
     per-facet vectors of a million agents would not fit in memory.
@@ -504,7 +504,7 @@ class CapabilityIndex:
                 "index": "IVF-SQ8 (FAISS)" if self._ann_cap is not None else "flat scan",
                 "exact_max": self.settings.exact_max,
                 "nprobe": self.settings.nprobe if self._ann_cap is not None else None,
-                "candidates": self.settings.candidates,
+                "candidates": self.settings.candidates_at(len(self._slot_of)),
             }
 
     # -- embedding -------------------------------------------------------------------
@@ -845,9 +845,9 @@ class CapabilityIndex:
         n: int,
         restricted: bool,
     ) -> Slots:
-        """The union of each source's best ``candidates`` per query text."""
-        k = self.settings.candidates
+        """The union of each source's best ``candidates_at(live)`` per query text."""
         live = len(self._slot_of)
+        k = self.settings.candidates_at(live)
         parts: list[npt.NDArray[np.integer]] = []
         if live <= k:
             return np.array(sorted(self._slot_of.values()), dtype=np.int64)

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ans.ann import AnnSettings
+from ans.ann import CANDIDATE_BASE, MAX_CANDIDATES, AnnSettings
 from ans.matcher import CapabilityIndex, CapabilityProfile, Example, profile_from
 from ans.postings import SlotPostings
 
@@ -141,6 +141,23 @@ def test_above_exact_max_the_index_goes_approximate(
         list(zip(make_profiles(50), small.embed_profiles(make_profiles(50)), strict=True))
     )
     assert not small.approximate and small.describe()["mode"] == "exact"
+
+
+def test_candidates_grow_with_the_catalog_beyond_the_base_size() -> None:
+    settings = AnnSettings(candidates=512)
+    assert settings.candidates_at(20_000) == 512
+    assert settings.candidates_at(CANDIDATE_BASE) == 512
+    # sqrt growth: 4x the agents, twice the candidates; 10x, sqrt(10)x
+    assert settings.candidates_at(4 * CANDIDATE_BASE) == 1024
+    assert settings.candidates_at(10 * CANDIDATE_BASE) == round(512 * 10**0.5)
+    assert settings.candidates_at(10**10) == MAX_CANDIDATES
+
+
+def test_describe_reports_the_candidate_count_in_use(embedder: Any) -> None:
+    idx = CapabilityIndex(embedder, settings=AnnSettings(exact_max=10, candidates=8))
+    profiles = make_profiles(30)
+    idx.upsert_many(list(zip(profiles, idx.embed_profiles(profiles), strict=True)))
+    assert idx.describe()["candidates"] == idx.settings.candidates_at(30) == 8
 
 
 def test_approximate_top_results_agree_with_exhaustive(
