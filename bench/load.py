@@ -51,6 +51,7 @@ import httpx
 from ans.governance.keys import TrustedKeys
 from ans.governance.signing import RESULT_SIGNATURE_FIELD, verify_document
 from ans.protocol.messages import query_digest
+from report import size_label  # bench/ is on sys.path when run as a script
 
 from ans.launcher import RunningServer, start_server, stop_server
 
@@ -494,7 +495,7 @@ def targets(sizes: dict[str, Any]) -> list[dict[str, Any]]:
     m = _get(sizes, 1_000_000, "peak_rss_mb")
     add("1M peak RSS", "<= 3072 MB", m, None if m is None else m <= 3072, "1M")
     if largest is not None:
-        where = f"{largest // 1_000_000}M" if largest >= 1_000_000 else f"{largest // 1000}k"
+        where = size_label(largest)
         cs = _get(sizes, largest, "cold_start_s")
         add("cold start", "<= 20 s", cs, None if cs is None else cs <= 20, where)
         imp = _get(sizes, largest, "import", "agents_per_s")

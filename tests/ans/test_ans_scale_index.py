@@ -153,11 +153,15 @@ def test_candidates_grow_with_the_catalog_beyond_the_base_size() -> None:
     assert settings.candidates_at(10**10) == MAX_CANDIDATES
 
 
-def test_describe_reports_the_candidate_count_in_use(embedder: Any) -> None:
+def test_describe_reports_the_candidate_count_in_use(
+    embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A small base size, so that 30 agents already scale the configured 8.
+    monkeypatch.setattr("ans.ann.CANDIDATE_BASE", 10)
     idx = CapabilityIndex(embedder, settings=AnnSettings(exact_max=10, candidates=8))
     profiles = make_profiles(30)
     idx.upsert_many(list(zip(profiles, idx.embed_profiles(profiles), strict=True)))
-    assert idx.describe()["candidates"] == idx.settings.candidates_at(30) == 8
+    assert idx.describe()["candidates"] == idx.settings.candidates_at(30) == round(8 * 3**0.5)
 
 
 def test_approximate_top_results_agree_with_exhaustive(
