@@ -1,25 +1,40 @@
-"""The native AGTP/1.0 framing as a sans-IO incremental parser.
+"""The native AGTP/1.0 framing as sans-IO incremental parsers and encoders.
 
 A request is a start line ``AGTP/1.0 METHOD``, header lines ``Name: value``,
 a blank line, then ``Content-Length`` bytes of body (CRLF or bare LF line
 endings). :class:`NativeParser` turns fed bytes into :class:`NativeRequest`
 frames whose (method, headers, body) go through the same ``parse_*``
 functions as the HTTP/2 binding, so both produce identical typed requests.
-:func:`encode_response` writes ``AGTP/1.0 200 OK`` responses. No sockets here.
+:func:`encode_response` writes ``AGTP/1.0 200 OK`` responses.
+
+The client side mirrors it: :func:`encode_request` writes a request (names
+and values checked, so nothing a caller passes can split a header line) and
+:class:`NativeResponseParser` reads ``AGTP/1.0 <status> <reason>`` answers,
+each bounded in header and body size. Answers come back in request order
+(there are no stream ids), which is what lets one connection carry a
+pipeline. No sockets here.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .binding import MAX_HEADER_BYTES, MAX_HEADER_COUNT
-from .errors import BadRequest, BodyTooLarge, HeaderTooLarge
+from .errors import AgtpError, BadRequest, BodyTooLarge, HeaderTooLarge
 from .messages import AGTP_VERSION, CONTENT_TYPE
 from .status import REASON
 
 _START_RE = re.compile(rb"(AGTP/1(?:\.\d{1,3})?) ([A-Z][A-Z0-9_-]{0,31})")
-_HEADER_RE = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}):[ \t]*(.*?)[ \t]*")
+_STATUS_RE = re.compile(rb"(AGTP/1(?:\.\d{1,3})?) ([1-5]\d\d)(?: [\x20-\x7e]{0,128})?")
+# One header line: name, colon, value without surrounding blanks (or trailing CRs).
+_HEADER_LINE_RE = re.compile(rb"^([!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}):[ \t]*(.*?)[ \t]*\r*$", re.M)
+_NAME_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}")
+_METHOD_RE = re.compile(r"[A-Z][A-Z0-9_-]{0,31}")
+# What a header value may not hold on the wire: CR, LF and other controls.
+_BAD_VALUE_RE = re.compile(r"[^\x20-\x7e\x80-\xff\t]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,35 +45,66 @@ class NativeRequest:
     body: bytes
 
 
-class NativeParser:
-    """Feed bytes, get complete requests; raises a 400-class AgtpError on bad framing."""
+@dataclass(frozen=True, slots=True)
+class NativeResponse:
+    status: int
+    headers: dict[str, str]
+    body: bytes
 
-    def __init__(self, max_body_bytes: int = 256 * 1024) -> None:
+
+class _FrameReader:
+    """Start line + header lines + blank line + ``Content-Length`` body, fed
+    incrementally; subclasses say what a start line is."""
+
+    def __init__(self, max_body_bytes: int) -> None:
         self._buf = bytearray()
         self._max_body = max_body_bytes
-        self._pending: tuple[str, str, dict[str, str]] | None = None
+        self._pending: tuple[re.Match[bytes], dict[str, str]] | None = None
         self._need = 0
+        # Set once the stream is broken; every later feed raises it.
+        self.failed: AgtpError | None = None
 
-    def feed(self, data: bytes) -> list[NativeRequest]:
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet part of a complete frame."""
+        return len(self._buf)
+
+    def _frames(self, data: bytes) -> list[tuple[re.Match[bytes], dict[str, str], bytes]]:
+        if self.failed is not None:
+            raise self.failed
         self._buf += data
-        out: list[NativeRequest] = []
+        out: list[tuple[re.Match[bytes], dict[str, str], bytes]] = []
         while True:
             if self._pending is None:
-                head = self._take_head()
+                if not self._buf:
+                    break
+                try:
+                    head = self._take_head()
+                    if head is not None:
+                        self._need = self._content_length(head[1])
+                except AgtpError as exc:
+                    # The frames before the bad one are still good: hand them
+                    # out now and raise on the next feed (see ``failed``).
+                    self.failed = exc
+                    if not out:
+                        raise
+                    break
                 if head is None:
                     break
                 self._pending = head
-                self._need = self._content_length(head[2])
             if len(self._buf) < self._need:
                 break
-            version, method, headers = self._pending
+            start, headers = self._pending
             body = bytes(self._buf[: self._need])
             del self._buf[: self._need]
             self._pending = None
-            out.append(NativeRequest(version, method, headers, body))
+            out.append((start, headers, body))
         return out
 
-    def _take_head(self) -> tuple[str, str, dict[str, str]] | None:
+    def _start(self, line: bytes) -> re.Match[bytes]:
+        raise NotImplementedError
+
+    def _take_head(self) -> tuple[re.Match[bytes], dict[str, str]] | None:
         end = self._buf.find(b"\n\r\n")
         end_lf = self._buf.find(b"\n\n")
         cut = [e for e in (end, end_lf) if e >= 0]
@@ -68,25 +114,28 @@ class NativeParser:
             return None
         stop = min(cut)
         sep = 3 if stop == end else 2
+        if stop > MAX_HEADER_BYTES:
+            raise HeaderTooLarge(f"header section exceeds {MAX_HEADER_BYTES} bytes")
         raw = bytes(self._buf[:stop])
         del self._buf[: stop + sep]
-        if len(raw) > MAX_HEADER_BYTES:
-            raise HeaderTooLarge(f"header section exceeds {MAX_HEADER_BYTES} bytes")
-        lines = [ln.rstrip(b"\r") for ln in raw.split(b"\n")]
-        m = _START_RE.fullmatch(lines[0])
-        if m is None:
-            raise BadRequest("start line must be 'AGTP/1.0 METHOD'", code="invalid_start_line")
-        if len(lines) - 1 > MAX_HEADER_COUNT:
-            raise HeaderTooLarge(f"more than {MAX_HEADER_COUNT} header fields")
+        first, newline, rest = raw.partition(b"\n")
+        start = self._start(first.rstrip(b"\r"))
         headers: dict[str, str] = {}
-        for line in lines[1:]:
-            hm = _HEADER_RE.fullmatch(line)
-            if hm is None:
-                raise BadRequest("malformed header line", code="invalid_header_line")
-            name = hm.group(1).decode("ascii").lower()
-            value = hm.group(2).decode("latin-1")
+        if not newline:
+            return start, headers
+        count = rest.count(b"\n") + 1
+        if count > MAX_HEADER_COUNT:
+            raise HeaderTooLarge(f"more than {MAX_HEADER_COUNT} header fields")
+        # One scan for the whole block: each line matches at most once, so
+        # every line is well formed exactly when there are as many matches.
+        found = _HEADER_LINE_RE.findall(rest)
+        if len(found) != count:
+            raise BadRequest("malformed header line", code="invalid_header_line")
+        for raw_name, raw_value in found:
+            name = raw_name.decode("ascii").lower()
+            value = raw_value.decode("latin-1")
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
-        return m.group(1).decode(), m.group(2).decode(), headers
+        return start, headers
 
     def _content_length(self, headers: dict[str, str]) -> int:
         value = headers.get("content-length")
@@ -100,6 +149,76 @@ class NativeParser:
         if n > self._max_body:
             raise BodyTooLarge(f"body is {n} bytes; the limit is {self._max_body}")
         return n
+
+
+class NativeParser(_FrameReader):
+    """Feed bytes, get complete requests; raises a 400-class AgtpError on bad framing."""
+
+    def __init__(self, max_body_bytes: int = 256 * 1024) -> None:
+        super().__init__(max_body_bytes)
+
+    def feed(self, data: bytes) -> list[NativeRequest]:
+        return [
+            NativeRequest(m.group(1).decode(), m.group(2).decode(), headers, body)
+            for m, headers, body in self._frames(data)
+        ]
+
+    def _start(self, line: bytes) -> re.Match[bytes]:
+        m = _START_RE.fullmatch(line)
+        if m is None:
+            raise BadRequest("start line must be 'AGTP/1.0 METHOD'", code="invalid_start_line")
+        return m
+
+
+class NativeResponseParser(_FrameReader):
+    """Feed a server's bytes, get complete answers in order. Bad framing or an
+    answer over ``max_body_bytes`` raises the same typed errors as requests."""
+
+    def feed(self, data: bytes) -> list[NativeResponse]:
+        return [
+            NativeResponse(int(m.group(2)), headers, body)
+            for m, headers, body in self._frames(data)
+        ]
+
+    def _start(self, line: bytes) -> re.Match[bytes]:
+        m = _STATUS_RE.fullmatch(line)
+        if m is None:
+            raise BadRequest(
+                "status line must be 'AGTP/1.0 <status> <reason>'", code="invalid_start_line"
+            )
+        return m
+
+
+def encode_request(method: str, headers: Mapping[str, str], body: bytes = b"") -> bytes:
+    """``AGTP/1.0 METHOD`` + headers + ``Content-Length`` + blank line + body.
+    ValueError for a method, name or value that would break the framing."""
+    if not _sendable_method(method):
+        raise ValueError(f"not an AGTP method: {method[:40]!r}")
+    lines = [f"{AGTP_VERSION} {method}"]
+    for name, value in headers.items():
+        if not _sendable_name(name):
+            raise ValueError(f"header name {name[:40]!r} cannot be sent")
+        lines.append(f"{name}: {value}")
+    values = "\t".join(headers.values())  # a tab may be in a value, so it hides nothing
+    if _BAD_VALUE_RE.search(values) is not None:
+        bad = next(n for n, v in headers.items() if _BAD_VALUE_RE.search(v) is not None)
+        raise ValueError(f"header {bad[:40]} has a value that cannot be sent")
+    if len(values) > MAX_HEADER_BYTES:  # a peer would refuse the header section anyway
+        long = [n for n, v in headers.items() if len(v) > MAX_HEADER_BYTES]
+        what = f"header {long[0][:40]} has a value" if long else "the header values are"
+        raise ValueError(f"{what} over {MAX_HEADER_BYTES} bytes")
+    lines.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+@functools.lru_cache(maxsize=64)
+def _sendable_method(method: str) -> bool:
+    return _METHOD_RE.fullmatch(method) is not None
+
+
+@functools.lru_cache(maxsize=256)
+def _sendable_name(name: str) -> bool:
+    return _NAME_RE.fullmatch(name) is not None and name.lower() != "content-length"
 
 
 def encode_response(status: int, headers: list[tuple[str, str]], body: bytes = b"") -> bytes:
