@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
@@ -51,6 +52,16 @@ log = structlog.get_logger("ans.app")
 # Over-size bodies up to this many bytes are read and discarded before the 400.
 DRAIN_LIMIT = 8 * 1024 * 1024
 JSON_HEADERS = [(b"content-type", b"application/json"), (b"cache-control", b"max-age=300")]
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What goes back for one AGTP request: status, task id, body, extra headers."""
+
+    status: int
+    task_id: str | None
+    body: bytes
+    extra: tuple[tuple[str, str], ...] = ()
 
 
 class Background(Protocol):
@@ -93,24 +104,41 @@ class AnsApp:
                 return
             body = await self._read_body(receive, headers)
             creds = Credentials.from_request(headers, scope.get("extensions"))
+        except Exception as exc:
+            answer = self.failure(exc, task_id, scope.get("method"), scope.get("path"))
+        else:
+            answer = await self.answer(method, headers, body, creds)
+        await self._send(send, answer.status, answer.task_id, answer.body, answer.extra)
+
+    async def answer(
+        self, method: str, headers: dict[str, str], body: bytes, creds: Credentials
+    ) -> Answer:
+        """One AGTP request, whatever its framing (HTTP/2 here, native AGTP in
+        :mod:`ans.native_server`), to its answer; never raises."""
+        task_id = task_id_hint(headers)
+        try:
             status, payload = await self._agtp(method, headers, body, creds)
-            await self._send(send, status, task_id_of(payload, task_id), orjson.dumps(payload))
-        except AgtpError as exc:
+            return Answer(status, task_id_of(payload, task_id), orjson.dumps(payload))
+        except Exception as exc:
+            return self.failure(exc, task_id, method, None)
+
+    @staticmethod
+    def failure(exc: Exception, task_id: str | None, method: Any, path: Any) -> Answer:
+        """The typed AGTP error for ``exc``; anything unexpected is a 500 with
+        no traceback on the wire (it goes to the operational log). Call it from
+        the ``except`` block that caught ``exc``."""
+        if isinstance(exc, AgtpError):
             if exc.status in AGTP_SPECIFIC:
                 log.info("governance signal", status=exc.status, code=exc.code)
-            await self._send(
-                send,
+            return Answer(
                 exc.status,
                 task_id,
                 encode_error(exc.status, task_id, exc.code, exc.message),
                 exc.headers,
             )
-        except Exception:
-            log.exception("unhandled error", path=scope.get("path"), method=scope.get("method"))
-            err = ServerError("internal error; see the server log")
-            await self._send(
-                send, err.status, task_id, encode_error(err.status, task_id, err.code, err.message)
-            )
+        log.exception("unhandled error", path=path, method=method)
+        err = ServerError("internal error; see the server log")
+        return Answer(err.status, task_id, encode_error(err.status, task_id, err.code, err.message))
 
     async def _agtp(
         self, method: str, headers: dict[str, str], body: bytes, creds: Credentials

@@ -37,6 +37,12 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("serve", help="run the ANS server")
     s.add_argument("--listen", help="HOST:PORT (default 127.0.0.1:4480; port 0 picks a free one)")
+    s.add_argument(
+        "--native-listen",
+        metavar="HOST:PORT",
+        help="also serve the native AGTP/1.0 framing here (TLS 1.3 with the server's "
+        "certificate, else cleartext); peers reach it as agtp[+cleartext]://HOST:PORT",
+    )
     s.add_argument("--data-dir", type=Path, help="where the registry, keys and audit log live")
     s.add_argument(
         "--governance-jwks",
@@ -191,6 +197,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     cfg = config_mod.load(
         args.config,
         listen=args.listen,
+        native_listen=args.native_listen,
         data_dir=args.data_dir,
         governance_jwks=tuple(args.governance_jwks) if args.governance_jwks else None,
         demo=args.demo,

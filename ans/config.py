@@ -43,6 +43,8 @@ class RankingWeights:
 class Config:
     # [server]
     listen: str = "127.0.0.1:4480"
+    # The native AGTP/1.0 listener (TCP, or TLS 1.3 with tls_certfile): off when empty.
+    native_listen: str = ""
     tls_certfile: Path | None = None
     tls_keyfile: Path | None = None
     keep_alive_max_requests: int = 100_000
@@ -105,8 +107,18 @@ class Config:
             raise ConfigError(f"listen must be HOST:PORT, got {self.listen!r}")
         return host.strip("[]") or "127.0.0.1", int(port)
 
+    @property
+    def native_host_port(self) -> tuple[str, int] | None:
+        if not self.native_listen:
+            return None
+        host, sep, port = self.native_listen.rpartition(":")
+        if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ConfigError(f"native_listen must be HOST:PORT, got {self.native_listen!r}")
+        return host.strip("[]") or "127.0.0.1", int(port)
+
     def validate(self) -> Config:
         self.host_port  # noqa: B018 - raises ConfigError when malformed
+        self.native_host_port  # noqa: B018
         if not 1 <= self.default_limit <= self.max_limit <= 10_000:
             raise ConfigError("need 1 <= default_limit <= max_limit <= 10000")
         if not 0.0 <= self.min_capability_match <= 1.0:
@@ -170,6 +182,7 @@ AUTH_MODES = ("open", "token", "mtls")
 _SECTIONS = {
     "server": {
         "listen",
+        "native_listen",
         "tls_certfile",
         "tls_keyfile",
         "keep_alive_max_requests",

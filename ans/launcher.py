@@ -1,5 +1,6 @@
 """Run ``ans serve`` as a subprocess on a loopback port and wait for its
-"ANS listening on URL" line. Used by the integration tests and the benchmarks."""
+"ANS listening on URL" line (and, with ``--native-listen``, the native
+listener's URL printed before it). Used by the integration tests and the benchmarks."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ class RunningServer:
     data_dir: Path
     proc: subprocess.Popen[str]
     output: list[str]
+    native_url: str | None = None
 
 
 def start_server(data_dir: Path, *extra: str) -> RunningServer:
@@ -44,6 +46,7 @@ def start_server(data_dir: Path, *extra: str) -> RunningServer:
 
     threading.Thread(target=pump, daemon=True).start()
     deadline = time.monotonic() + START_TIMEOUT
+    native_url = None
     while time.monotonic() < deadline:
         try:
             line = lines.get(timeout=0.5)
@@ -51,8 +54,10 @@ def start_server(data_dir: Path, *extra: str) -> RunningServer:
             if proc.poll() is not None:
                 break
             continue
+        if line.startswith("ANS native AGTP listening on "):
+            native_url = line.split()[-1]
         if line.startswith("ANS listening on "):
-            return RunningServer(line.split()[-1], data_dir, proc, output)
+            return RunningServer(line.split()[-1], data_dir, proc, output, native_url)
     proc.kill()
     raise RuntimeError("ANS did not start:\n" + "".join(output[-40:]))
 

@@ -32,7 +32,8 @@ from hypercorn.config import Config as HypercornConfig
 
 from ans.federation.federator import Federator
 from ans.federation.h2transport import H2PeerTransport
-from ans.federation.transport import HttpxTransport
+from ans.federation.native_transport import NativePeerTransport
+from ans.federation.transport import HttpxTransport, SchemeRouter
 from ans.governance.audit import AuditLog
 from ans.governance.keys import SigningKey, TrustedKeys
 from ans.governance.policy import ZonePolicy
@@ -50,6 +51,7 @@ from .matcher import (
     profile_from,
 )
 from .mtls import serve_with_client_certs
+from .native_server import SCHEME_CLEARTEXT, SCHEME_TLS, NativeListener, native_ssl_context
 from .outbox import Outbox
 from .refresher import FreshnessRunner
 from .service import AnsService, Clock, utc_now
@@ -186,6 +188,16 @@ def build_gate(
     )
 
 
+def peer_transport(max_response_bytes: int) -> SchemeRouter:
+    """Peer DISCOVERs and key fetches: ``http(s)://`` peers over the lean h2
+    transport (a third of httpx's CPU per request), a jwks_url on another
+    origin (which may speak only HTTP/1.1) through httpx, and native
+    ``agtp[+cleartext]://`` peers over the native AGTP framing."""
+    h2 = H2PeerTransport(max_response_bytes, other_origins=HttpxTransport(max_response_bytes))
+    native = NativePeerTransport(max_response_bytes)
+    return SchemeRouter({"http": h2, "https": h2, "agtp": native, "agtp+cleartext": native})
+
+
 def build_service(
     config: Config, *, embedder: Embedder | None = None, clock: Clock = utc_now
 ) -> Built:
@@ -214,13 +226,7 @@ def build_service(
             self_id=signing_key.kid,
             peers=config.peers,
             settings=config.federation,
-            # Peer DISCOVERs and key fetches over the lean h2 transport (a third of
-            # httpx's CPU per request); a jwks_url on another origin, which may
-            # speak only HTTP/1.1, through httpx.
-            transport=H2PeerTransport(
-                config.federation.max_response_bytes,
-                other_origins=HttpxTransport(config.federation.max_response_bytes),
-            ),
+            transport=peer_transport(config.federation.max_response_bytes),
             audit=audit,
             zones=zones_policy,
             min_capability_match=config.min_capability_match,
@@ -357,6 +363,8 @@ def serve_forever(
     scheme = "https" if config.tls_certfile else "http"
     url = f"{scheme}://{'[' + host + ']' if ':' in host else host}:{port}"
     app = AnsApp(service, gate, (freshness,) if freshness is not None else ())
+    native_at = config.native_host_port
+    native_tls = native_ssl_context(config) if native_at is not None else None
     hc = hypercorn_config(config, sock)
     # hypercorn does not hand the peer certificate to the app; in mtls mode
     # our accept loop adds it as the ASGI TLS extension (see ans.mtls).
@@ -367,7 +375,20 @@ def serve_forever(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        server = asyncio.create_task(serve_fn(app, hc, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
+        native = None
+        if native_at is not None:
+            native = NativeListener(app, keep_alive_timeout=config.keep_alive_timeout)
+            n_host, n_port = await native.start(*native_at, native_tls)
+            scheme = SCHEME_TLS if native_tls is not None else SCHEME_CLEARTEXT
+            shown = f"[{n_host}]" if ":" in n_host else n_host
+            print(f"ANS native AGTP listening on {scheme}://{shown}:{n_port}", flush=True)
+
+        async def shutdown() -> None:
+            await stop.wait()
+            if native is not None:  # before hypercorn's lifespan closes the service parts
+                await native.stop()
+
+        server = asyncio.create_task(serve_fn(app, hc, shutdown_trigger=shutdown))  # type: ignore[arg-type]
         await asyncio.sleep(0)
         print(f"ANS listening on {url}", flush=True)
         if on_ready:

@@ -1,0 +1,259 @@
+"""The native AGTP/1.0 listener: the protocol's own framing over TCP or TLS.
+
+AGTP's drafts write requests as ``AGTP/1.0 DISCOVER`` + headers + body and
+require TCP/TLS support; the HTTP/2 binding (hypercorn) is one way to carry
+them, this listener is the other. Each connection feeds a sans-IO
+:class:`~ans.protocol.native.NativeParser`; every complete request goes
+through :meth:`AnsApp.answer`, exactly the parse -> authenticate -> rate
+limit -> scope/zone -> method path of the HTTP/2 binding, so both framings
+give the same typed answers, signatures and audit records.
+
+Per connection, requests are answered one at a time in arrival order (the
+framing has no stream ids; a client may pipeline). Bounds:
+
+* header section and body sizes: the parser (16 KiB, ``max_body_bytes``);
+* at most ``MAX_PIPELINE`` requests waiting per connection (reading pauses);
+* a request must arrive whole within ``REQUEST_TIMEOUT`` seconds of its first
+  byte, and an idle connection is closed after ``keep_alive_timeout``;
+* at most ``MAX_CONNECTIONS`` connections (more are answered 503 and closed).
+
+Bad framing is answered with its typed 400 and the connection is closed (the
+stream cannot be resynchronised). With ``tls_certfile`` the listener is TLS
+1.3 only (the AGTP draft's minimum); in auth mode ``mtls`` it requires a
+client certificate from ``tls_client_ca`` and hands the verified leaf to the
+gate as the HTTP/2 listener does. Without a certificate it is cleartext, like
+h2c: for loopback and development.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections import deque
+from typing import Any
+
+import structlog
+
+from ans.protocol.binding import response_headers
+from ans.protocol.errors import AgtpError, Unavailable
+from ans.protocol.messages import encode_error
+from ans.protocol.native import NativeParser, NativeRequest, encode_response
+
+from .app import AnsApp, Answer
+from .config import Config
+from .gate import Credentials
+from .mtls import tls_extension
+
+log = structlog.get_logger("ans.native")
+
+MAX_PIPELINE = 32
+REQUEST_TIMEOUT = 10.0
+MAX_CONNECTIONS = 1024
+SCHEME_TLS = "agtp"
+SCHEME_CLEARTEXT = "agtp+cleartext"
+
+
+def native_ssl_context(config: Config) -> ssl.SSLContext | None:
+    """TLS 1.3 with the server's certificate (client certificates in mtls mode)."""
+    if config.tls_certfile is None or config.tls_keyfile is None:
+        return None
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    ctx.load_cert_chain(str(config.tls_certfile), str(config.tls_keyfile))
+    if config.auth_mode == "mtls":
+        assert config.tls_client_ca is not None  # Config.validate
+        ctx.load_verify_locations(cafile=str(config.tls_client_ca))
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+class NativeListener:
+    """The connections of one native listener, with their shared bounds."""
+
+    def __init__(
+        self,
+        app: AnsApp,
+        *,
+        keep_alive_timeout: float,
+        request_timeout: float = REQUEST_TIMEOUT,
+        max_connections: int = MAX_CONNECTIONS,
+        max_pipeline: int = MAX_PIPELINE,
+    ) -> None:
+        self.app = app
+        self.keep_alive_timeout = keep_alive_timeout
+        self.request_timeout = request_timeout
+        self.max_connections = max_connections
+        self.max_pipeline = max_pipeline
+        self.connections: set[NativeConnection] = set()
+        self.server: asyncio.Server | None = None
+
+    def protocol(self) -> NativeConnection:
+        return NativeConnection(self)
+
+    async def start(self, host: str, port: int, tls: ssl.SSLContext | None) -> tuple[str, int]:
+        loop = asyncio.get_running_loop()
+        self.server = await loop.create_server(
+            self.protocol, host, port, ssl=tls, backlog=1024, reuse_address=True
+        )
+        bound = self.server.sockets[0].getsockname()
+        return str(bound[0]), int(bound[1])
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stop accepting, let answers in progress finish (up to ``grace``), close."""
+        if self.server is not None:
+            self.server.close()
+        for conn in list(self.connections):
+            conn.close_when_done()
+        loop = asyncio.get_running_loop()
+        end = loop.time() + grace
+        while self.connections and loop.time() < end:
+            await asyncio.sleep(0.01)
+        for conn in list(self.connections):
+            conn.abort()
+
+
+class NativeConnection(asyncio.Protocol):
+    def __init__(self, listener: NativeListener) -> None:
+        self.listener = listener
+        self.app = listener.app
+        self.parser = NativeParser(self.app.service.limits.max_body_bytes)
+        self.queue: deque[NativeRequest | AgtpError] = deque()
+        self.transport: asyncio.Transport | None = None
+        self.tls: dict[str, Any] | None = None
+        self.worker: asyncio.Task[None] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.partial_since: float | None = None
+        self.paused = False
+        self.closing = False
+
+    # -- asyncio.Protocol ------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        ext = tls_extension(transport.get_extra_info("ssl_object"))
+        self.tls = {"tls": ext} if ext is not None else None
+        if len(self.listener.connections) >= self.listener.max_connections:
+            err = Unavailable("too many connections; try again later")
+            self._write_error(err)
+            self.closing = True
+            transport.close()
+            return
+        self.listener.connections.add(self)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        try:
+            requests: list[NativeRequest | AgtpError] = list(self.parser.feed(data))
+        except AgtpError as exc:
+            requests = [exc]
+        if self.parser.failed is not None and requests[-1] is not self.parser.failed:
+            requests.append(self.parser.failed)  # answered after the good ones before it
+        self.queue.extend(requests)
+        if self.parser.failed is not None:
+            # The stream cannot be resynchronised: read no more; the worker
+            # answers what came before, then the typed 400, then closes.
+            log.info("native framing error", code=self.parser.failed.code)
+            assert self.transport is not None
+            self.transport.pause_reading()
+            self.closing = True
+        elif self.parser.buffered == 0:
+            self.partial_since = None
+        elif self.partial_since is None or requests:
+            self.partial_since = asyncio.get_running_loop().time()
+        if len(self.queue) >= self.listener.max_pipeline and not self.paused:
+            assert self.transport is not None
+            self.transport.pause_reading()
+            self.paused = True
+        if self.queue and self.worker is None:
+            self.worker = asyncio.ensure_future(self._work())
+        self._arm()
+
+    def eof_received(self) -> bool:
+        # Answer what was asked, then close (True keeps our side writable).
+        self.close_when_done()
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.listener.connections.discard(self)
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.worker is not None:
+            self.worker.cancel()
+        self.queue.clear()
+
+    # -- answering -------------------------------------------------------------------
+    async def _work(self) -> None:
+        try:
+            while self.queue:
+                item = self.queue.popleft()
+                if isinstance(item, AgtpError):
+                    self._write_error(item)
+                    self.queue.clear()
+                    break
+                if self.paused and len(self.queue) < self.listener.max_pipeline // 2:
+                    assert self.transport is not None
+                    self.transport.resume_reading()
+                    self.paused = False
+                creds = Credentials.from_request(item.headers, self.tls)
+                answer = await self.app.answer(item.method, item.headers, item.body, creds)
+                self._write(answer)
+        finally:
+            self.worker = None
+            if self.closing and self.transport is not None:
+                self.transport.close()
+            else:
+                self._arm()
+
+    def _write(self, answer: Answer) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        headers = [
+            (k.decode("latin-1"), v.decode("latin-1"))
+            for k, v in response_headers(answer.status, answer.task_id, self.app.server_agent_id)
+        ]
+        headers.extend(answer.extra)
+        self.transport.write(encode_response(answer.status, headers, answer.body))
+
+    def _write_error(self, exc: AgtpError) -> None:
+        body = encode_error(exc.status, None, exc.code, exc.message)
+        self._write(Answer(exc.status, None, body, exc.headers))
+
+    # -- closing and timers ----------------------------------------------------------
+    def close_when_done(self) -> None:
+        self.closing = True
+        if self.worker is None and self.transport is not None:
+            self.transport.close()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _close(self) -> None:
+        self.closing = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def _arm(self) -> None:
+        """Idle connections close after keep_alive_timeout; a request must be
+        complete within request_timeout of its first byte; none while answering."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.closing or self.worker is not None:
+            return
+        loop = asyncio.get_running_loop()
+        if self.partial_since is not None:
+            when = self.partial_since + self.listener.request_timeout
+            self.timer = loop.call_at(when, self._expire, "request not complete in time")
+        else:
+            when = loop.time() + self.listener.keep_alive_timeout
+            self.timer = loop.call_at(when, self._expire, "idle")
+
+    def _expire(self, why: str) -> None:
+        self.timer = None
+        if self.worker is None and not self.closing:
+            log.debug("native connection closed", reason=why)
+            self._close()

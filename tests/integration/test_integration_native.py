@@ -1,0 +1,655 @@
+"""The native AGTP/1.0 listener of a real ``ans serve --native-listen``, and
+federation over it (``--peer TIER@agtp+cleartext://...``).
+
+Requests are written with ``encode_request`` on plain blocking sockets (every
+read bounded by a socket timeout) and read with ``NativeResponseParser``;
+answers are compared with what the HTTP/2 listener gives for the same query.
+A peer that never answers is a raw TCP server in this process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+import pytest
+from ans.federation.native_transport import NativePeerTransport
+from ans.federation.peers import Peer
+from ans.governance.keys import SigningKey
+from ans.protocol.errors import AgtpError
+from ans.protocol.messages import CONTENT_TYPE
+from ans.protocol.native import (
+    NativeParser,
+    NativeRequest,
+    NativeResponse,
+    NativeResponseParser,
+    encode_request,
+)
+
+from ans.app import AnsApp
+from ans.client import AgtpClient, verify_discover_result
+from ans.config import Config
+from ans.launcher import RunningServer, start_server, stop_server
+from ans.native_server import NativeListener
+from ans.server import build_service
+
+pytestmark = pytest.mark.integration
+
+IDENTITY = {"agent-id": "agtp://orch.example/agents/o", "principal-id": "usr-1"}
+INTENT = "audit Solidity smart contracts for reentrancy bugs"
+QUERY = {"intent": INTENT, "limit": 5}
+FAST_CONFIG = "[federation]\npeer_timeout = 0.6\ndeadline = 1.2\n"
+
+
+def agtp_request(
+    method: str,
+    params: dict[str, Any],
+    task_id: str,
+    scope: str = "discovery:query",
+) -> bytes:
+    body = orjson.dumps({"method": method, "task_id": task_id, "parameters": params})
+    headers = {
+        "Agent-ID": IDENTITY["agent-id"],
+        "Principal-ID": IDENTITY["principal-id"],
+        "Authority-Scope": scope,
+        "Task-ID": task_id,
+        "Content-Type": CONTENT_TYPE,
+    }
+    return encode_request(method, headers, body)
+
+
+class NativeClient:
+    """One blocking connection to a native listener; every read is bounded."""
+
+    def __init__(self, url: str, timeout: float = 10.0, tls: ssl.SSLContext | None = None):
+        parts = urlsplit(url)
+        assert parts.hostname == "127.0.0.1" and parts.port is not None
+        sock = socket.create_connection((parts.hostname, parts.port), timeout=timeout)
+        self.sock = tls.wrap_socket(sock, server_hostname="127.0.0.1") if tls else sock
+        self.parser = NativeResponseParser(8 * 1024 * 1024)
+        self.answers: list[NativeResponse] = []
+        self.closed = False
+
+    def __enter__(self) -> NativeClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def _recv(self) -> None:
+        data = self.sock.recv(65536)
+        if not data:
+            self.closed = True
+        else:
+            self.answers += self.parser.feed(data)
+
+    def read(self, n: int) -> list[NativeResponse]:
+        """The next ``n`` answers (the connection must stay open for them)."""
+        while len(self.answers) < n:
+            assert not self.closed, "the server closed the connection early"
+            self._recv()
+        out, self.answers = self.answers[:n], self.answers[n:]
+        return out
+
+    def read_until_closed(self) -> list[NativeResponse]:
+        """Every answer until the server closes (socket.timeout if it never does)."""
+        while not self.closed:
+            self._recv()
+        out, self.answers = self.answers, []
+        return out
+
+    def call(self, method: str, params: dict[str, Any], task_id: str) -> NativeResponse:
+        self.send(agtp_request(method, params, task_id))
+        (answer,) = self.read(1)
+        return answer
+
+
+def body_of(answer: NativeResponse) -> dict[str, Any]:
+    doc: dict[str, Any] = orjson.loads(answer.body)
+    return doc
+
+
+def h2_client(url: str, scope: str = "discovery:query") -> AgtpClient:
+    return AgtpClient(
+        url, agent_id=IDENTITY["agent-id"], principal_id=IDENTITY["principal-id"], scope=scope
+    )
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """``ans serve --demo`` (64 agents) with the native listener, no rate limit."""
+    cfg = tmp_path_factory.mktemp("native-config") / "ans.toml"
+    cfg.write_text("[rate_limit]\nenabled = false\n")
+    srv = start_server(
+        tmp_path_factory.mktemp("native-data"),
+        "--demo",
+        "--native-listen",
+        "127.0.0.1:0",
+        "--config",
+        str(cfg),
+    )
+    yield srv
+    stop_server(srv)
+
+
+# -- the listener ------------------------------------------------------------------------
+
+
+def test_native_url_is_announced(demo: RunningServer) -> None:
+    assert demo.native_url is not None and demo.native_url.startswith("agtp+cleartext://")
+    assert urlsplit(demo.native_url).port != urlsplit(demo.url).port
+    lines = [ln for ln in demo.output if "listening on" in ln]
+    assert lines[0].startswith("ANS native AGTP listening on agtp+cleartext://127.0.0.1:")
+    assert lines[1].startswith("ANS listening on http://127.0.0.1:")
+
+
+def test_discover_same_results_as_http2_and_signed(demo: RunningServer) -> None:
+    assert demo.native_url is not None
+    params = {"intent": "book a flight to Lisbon for next Tuesday", "limit": 10}
+    with NativeClient(demo.native_url) as nc:
+        answer = nc.call("DISCOVER", params, "task-native-1")
+    assert answer.status == 200
+    assert answer.headers["agtp-status"] == "200" and answer.headers["task-id"] == "task-native-1"
+    assert answer.headers["content-type"] == CONTENT_TYPE
+    assert answer.headers["server-agent-id"].startswith("agtp://")
+    doc = body_of(answer)
+    assert doc["status"] == 200 and doc["task_id"] == "task-native-1"
+    native = doc["result"]
+    with h2_client(demo.url) as c:
+        resp = c.discover(params, task_id="task-h2-1")
+        jwks = c.jwks()
+    assert resp.status == 200
+    ids = [r["canonical_id"] for r in native["results"]]
+    assert len(ids) >= 3  # a real ranking to compare, not two empty lists
+    assert ids == [r["canonical_id"] for r in resp.result["results"]]
+    assert [r["rank_score"] for r in native["results"]] == [
+        r["rank_score"] for r in resp.result["results"]
+    ]
+    kid = verify_discover_result(native, jwks, params)
+    assert kid == jwks["keys"][0]["kid"]
+    # The signature covers the result: a changed ranking no longer verifies.
+    tampered = {**native, "results": list(reversed(native["results"]))}
+    with pytest.raises(AgtpError) as bad:
+        verify_discover_result(tampered, jwks, params)
+    assert bad.value.code == "signature_invalid"
+
+
+def test_pipelined_requests_are_answered_in_order(demo: RunningServer) -> None:
+    assert demo.native_url is not None
+    wire = (
+        agtp_request("DISCOVER", {"intent": "translate a contract into German"}, "pipe-1")
+        + agtp_request("DESCRIBE", {}, "pipe-2")
+        + agtp_request("DISCOVER", {"intent": "summarize quarterly sales"}, "pipe-3")
+    )
+    with NativeClient(demo.native_url) as nc:
+        nc.send(wire)  # one write
+        answers = nc.read(3)
+        assert [a.headers["task-id"] for a in answers] == ["pipe-1", "pipe-2", "pipe-3"]
+        assert [body_of(a)["task_id"] for a in answers] == ["pipe-1", "pipe-2", "pipe-3"]
+        assert [a.status for a in answers] == [200, 200, 200]
+        assert "results" in body_of(answers[0])["result"]
+        assert body_of(answers[1])["result"]["document_type"] == "agtp-manifest"
+        # The connection stays open for more.
+        assert nc.call("DESCRIBE", {}, "after").headers["task-id"] == "after"
+
+
+@pytest.mark.parametrize("same_write", [True, False])
+def test_framing_error_after_a_valid_request(demo: RunningServer, same_write: bool) -> None:
+    """The valid request is answered, then the typed 400, then the server hangs up."""
+    assert demo.native_url is not None
+    good = agtp_request("DISCOVER", {"intent": "book a flight"}, "before-the-error")
+    bad = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    with NativeClient(demo.native_url) as nc:
+        if same_write:
+            nc.send(good + bad)
+        else:
+            nc.send(good)
+            nc.read(1)
+            nc.send(bad)
+        answers = nc.read_until_closed()
+    if same_write:
+        assert len(answers) == 2
+        first, error = answers
+        assert first.status == 200 and first.headers["task-id"] == "before-the-error"
+    else:
+        (error,) = answers
+    assert error.status == 400 and error.headers["agtp-status"] == "400"
+    doc = body_of(error)
+    assert doc["status"] == 400 and doc["error"]["code"] == "invalid_start_line"
+    assert "AGTP/1.0 METHOD" in doc["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("head", "code"),
+    [
+        (b"AGTP/1.0 DISCOVER\r\nContent-Length: 262145\r\n\r\n", "body_too_large"),
+        (b"AGTP/1.0 DISCOVER\r\nContent-Length: 12abc\r\n\r\n", "invalid_content_length"),
+        (b"AGTP/1.0 DISCOVER\r\nAgent-ID\r\n\r\n", "invalid_header_line"),
+    ],
+)
+def test_bad_frames_get_typed_400s(demo: RunningServer, head: bytes, code: str) -> None:
+    """A body declared over ``max_body_bytes`` (256 KiB) is refused from its
+    header alone; so are other unusable heads. Then the server hangs up."""
+    assert demo.native_url is not None
+    with NativeClient(demo.native_url) as nc:
+        nc.send(head)
+        (error,) = nc.read_until_closed()
+    assert error.status == 400
+    assert body_of(error)["error"]["code"] == code
+
+
+def test_at_the_body_limit_is_parsed_not_refused(demo: RunningServer) -> None:
+    """256 KiB exactly passes the framing (and then fails as JSON, typed)."""
+    assert demo.native_url is not None
+    body = b"{" + b" " * (256 * 1024 - 2) + b"}"
+    head = b"AGTP/1.0 DISCOVER\r\nContent-Type: application/agtp+json\r\n"
+    with NativeClient(demo.native_url) as nc:
+        nc.send(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        (answer,) = nc.read(1)
+    assert answer.status == 400
+    assert body_of(answer)["error"]["code"] != "body_too_large"
+
+
+def test_451_without_discovery_query_is_audited(demo: RunningServer) -> None:
+    assert demo.native_url is not None
+    wire = agtp_request(
+        "DISCOVER", {"intent": "x"}, "task-native-451", scope="agents:delegate documents:query"
+    )
+    with NativeClient(demo.native_url) as nc:
+        nc.send(wire)
+        (answer,) = nc.read(1)
+        # A governance refusal is an answer, not a framing error: the connection stays.
+        assert nc.call("DESCRIBE", {}, "still-open").status == 200
+    assert answer.status == 451 and answer.headers["agtp-status"] == "451"
+    doc = body_of(answer)
+    assert doc["error"]["code"] == "scope_violation" and doc["task_id"] == "task-native-451"
+    # The audit line is written as the answer goes out: allow it a moment.
+    audit = demo.data_dir / "audit.jsonl"
+    deadline = time.monotonic() + 5
+    hits: list[dict[str, Any]] = []
+    while not hits and time.monotonic() < deadline:
+        records = [json.loads(line) for line in audit.read_text().splitlines()]
+        hits = [r for r in records if r.get("task_id") == "task-native-451"]
+        if not hits:
+            time.sleep(0.05)
+    assert len(hits) == 1
+    rec = hits[0]
+    assert rec["event"] == "scope_violation" and rec["method"] == "DISCOVER"
+    assert rec["agent_id"] == IDENTITY["agent-id"]
+    assert rec["scope_presented"] == "agents:delegate documents:query"
+    assert rec["scope_required"] == "discovery:query"
+
+
+def test_idle_connection_closed_after_keep_alive_timeout(
+    server_factory: Any, tmp_path: Path
+) -> None:
+    (tmp_path / "ans.toml").write_text("[server]\nkeep_alive_timeout = 1\n")
+    srv = server_factory(
+        tmp_path, "--native-listen", "127.0.0.1:0", "--config", str(tmp_path / "ans.toml")
+    )
+    with (
+        NativeClient(srv.native_url, timeout=5) as idle,
+        NativeClient(srv.native_url, timeout=5) as busy,
+    ):
+        started = time.monotonic()
+        time.sleep(0.5)
+        assert busy.call("DESCRIBE", {}, "t-1").status == 200  # still open at 0.5 s
+        answered = time.monotonic()
+        assert idle.read_until_closed() == []  # never asked anything: closed for idling
+        assert 0.8 <= time.monotonic() - started < 4.0
+        assert busy.read_until_closed() == []
+        # Its clock restarted at the answer: a full second of idling, not the 0.5 left.
+        assert 0.8 <= time.monotonic() - answered < 4.0
+
+
+def test_tls_listener(server_factory: Any, tmp_path: Path, tls_cert: tuple[Path, Path]) -> None:
+    """With a certificate the native listener is agtp:// (TLS 1.3 only)."""
+    cert, key = tls_cert
+    cfg = tmp_path / "ans.toml"
+    cfg.write_text(f'[server]\ntls_certfile = "{cert}"\ntls_keyfile = "{key}"\n')
+    srv = server_factory(tmp_path, "--native-listen", "127.0.0.1:0", "--config", str(cfg))
+    assert srv.native_url.startswith("agtp://127.0.0.1:")
+    ctx = ssl.create_default_context(cafile=str(cert))
+    with NativeClient(srv.native_url, tls=ctx) as nc:
+        assert nc.sock.version() == "TLSv1.3"  # type: ignore[attr-defined]
+        assert nc.call("DESCRIBE", {}, "t-tls").status == 200
+    old = ssl.create_default_context(cafile=str(cert))
+    old.maximum_version = ssl.TLSVersion.TLSv1_2
+    with pytest.raises(ssl.SSLError):
+        NativeClient(srv.native_url, tls=old)
+
+    async def through_the_transport() -> int:
+        t = NativePeerTransport(1024 * 1024)
+        try:
+            peer = Peer(url=srv.native_url, tier=2, cacert=cert)
+            body = orjson.dumps({"method": "DESCRIBE", "parameters": {}})
+            headers = {"Content-Type": CONTENT_TYPE}
+            reply = await t.send(peer, "DESCRIBE", srv.native_url + "/", headers, body, 5)
+            return reply.status
+        finally:
+            await t.aclose()
+
+    assert asyncio.run(through_the_transport()) == 200
+
+
+# -- the listener's bounds, in process (timeouts too short to set from the CLI) -----------
+
+
+@pytest.fixture
+def app(tmp_path: Path, embedder: Any) -> Iterator[AnsApp]:
+    """A real AnsApp (service + gate) over an empty registry."""
+    built = build_service(
+        Config(data_dir=tmp_path / "data", listen="127.0.0.1:0"), embedder=embedder
+    )
+    yield AnsApp(built.service, built.gate, ())
+    built.service.audit.close()
+    built.service.store.close()
+    if built.lock is not None:
+        built.lock.release()
+
+
+async def open_listener(app: AnsApp, **bounds: Any) -> tuple[NativeListener, int]:
+    listener = NativeListener(app, **{"keep_alive_timeout": 5.0, **bounds})
+    _, port = await listener.start("127.0.0.1", 0, None)
+    return listener, port
+
+
+async def read_all(reader: asyncio.StreamReader, within: float = 3.0) -> list[NativeResponse]:
+    """Every answer until the server closes (bounded)."""
+    data = await asyncio.wait_for(reader.read(), within)  # read() = until EOF
+    return NativeResponseParser(1024 * 1024).feed(data) if data else []
+
+
+def test_over_max_connections_is_503_and_closed(app: AnsApp) -> None:
+    async def go() -> None:
+        listener, port = await open_listener(app, max_connections=2)
+        try:
+            held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+            await asyncio.sleep(0.05)
+            r3, w3 = await asyncio.open_connection("127.0.0.1", port)
+            (refused,) = await read_all(r3)
+            w3.close()
+            assert refused.status == 503
+            assert orjson.loads(refused.body)["error"]["code"] == "unavailable"
+            assert len(listener.connections) == 2
+            # The held connections still work; closing one frees a slot.
+            r1, w1 = held[0]
+            w1.write(agtp_request("DESCRIBE", {}, "held"))
+            head = await asyncio.wait_for(r1.readuntil(b"\r\n"), 3)
+            assert head == b"AGTP/1.0 200 OK\r\n"
+            for _, w in held:
+                w.close()
+            for _ in range(100):
+                if not listener.connections:
+                    break
+                await asyncio.sleep(0.01)
+            r4, w4 = await asyncio.open_connection("127.0.0.1", port)
+            w4.write(agtp_request("DESCRIBE", {}, "freed"))
+            w4.write_eof()  # asked everything: answered, then closed
+            (answer,) = await read_all(r4)
+            w4.close()
+            assert answer.status == 200 and answer.headers["task-id"] == "freed"
+        finally:
+            await listener.stop(grace=1)
+
+    asyncio.run(go())
+
+
+def test_a_request_trickling_in_is_cut_off_after_request_timeout(app: AnsApp) -> None:
+    async def go() -> None:
+        listener, port = await open_listener(app, request_timeout=0.3)
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            wire = agtp_request("DESCRIBE", {}, "slow")
+            sent = 0
+
+            async def trickle() -> None:
+                nonlocal sent
+                for byte in wire:  # one byte every 20 ms: a whole request takes seconds
+                    if writer.is_closing():
+                        return
+                    writer.write(bytes([byte]))
+                    sent += 1
+                    await asyncio.sleep(0.02)
+
+            trickler = asyncio.ensure_future(trickle())
+            started = time.monotonic()
+            assert await asyncio.wait_for(reader.read(), 3) == b""  # closed, nothing answered
+            elapsed = time.monotonic() - started
+            trickler.cancel()
+            writer.close()
+            assert 0.3 <= elapsed < 1.0
+            assert 5 < sent < len(wire)  # it had been receiving bytes all along
+        finally:
+            await listener.stop(grace=1)
+
+    asyncio.run(go())
+
+
+def test_a_long_pipeline_is_paused_and_resumed_not_dropped(app: AnsApp) -> None:
+    async def go() -> None:
+        listener, port = await open_listener(app, max_pipeline=4)
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            tasks = [f"p-{i}" for i in range(18)]
+            # 12 at once: reading pauses at 4 waiting; the rest only gets read if it resumes.
+            writer.write(b"".join(agtp_request("DESCRIBE", {}, t) for t in tasks[:12]))
+            await asyncio.sleep(0.05)
+            writer.write(b"".join(agtp_request("DESCRIBE", {}, t) for t in tasks[12:]))
+            writer.write_eof()
+            answers = await read_all(reader, within=5)
+            writer.close()
+            assert [a.headers["task-id"] for a in answers] == tasks
+            assert {a.status for a in answers} == {200}
+        finally:
+            await listener.stop(grace=1)
+
+    asyncio.run(go())
+
+
+# -- federation over the native framing --------------------------------------------------
+
+
+def solidity(label: str, **kw: Any) -> dict[str, Any]:
+    return {
+        "label": label,
+        "org_domain": f"{label}.example",
+        "job_description": f"{label}: audits Solidity smart contracts for reentrancy bugs.",
+        **kw,
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def kid_of(url: str) -> str:
+    with h2_client(url) as c:
+        kid: str = c.jwks()["keys"][0]["kid"]
+        return kid
+
+
+def discover(url: str, params: dict[str, Any] = QUERY) -> dict[str, Any]:
+    with h2_client(url) as c:
+        resp = c.discover(params)
+        assert resp.status == 200, resp.body
+        verify_discover_result(resp.result, c.jwks(), params)
+        return resp.result
+
+
+def warnings_of(result: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(w["code"], w["peer"]) for w in result["warnings"]]
+
+
+def labels(result: dict[str, Any]) -> list[str]:
+    return sorted(r["agent_label"] for r in result["results"])
+
+
+@pytest.fixture
+def activate(
+    test_gov_key: tuple[SigningKey, Path], make_manifest: Callable[..., dict[str, Any]]
+) -> Callable[..., None]:
+    def run(url: str, *agents: dict[str, Any]) -> None:
+        with AgtpClient(
+            url,
+            agent_id="agtp://gov.example/agents/p",
+            principal_id="gov",
+            scope="discovery:register",
+        ) as c:
+            for spec in agents:
+                spec = dict(spec)
+                manifest = make_manifest(spec.pop("label"), key=test_gov_key[0], **spec)
+                resp = c.call("ACTIVATE", {"manifest": manifest, "capabilities": {}})
+                assert resp.status == 200, resp.body
+
+    return run
+
+
+@pytest.fixture
+def start(server_factory: Any, tmp_path: Path, test_gov_key: tuple[SigningKey, Path]) -> Any:
+    """start(name, *args, config=None) -> RunningServer trusting the test governance key."""
+    counter = iter(range(100))
+
+    def run(name: str, *extra: str, config: str | None = None) -> Any:
+        data = tmp_path / f"{name}-{next(counter)}"
+        data.mkdir()
+        args = ["--governance-jwks", str(test_gov_key[1]), *extra]
+        if config is not None:
+            (data / "ans.toml").write_text(config)
+            args += ["--config", str(data / "ans.toml")]
+        return server_factory(data, *args)
+
+    return run
+
+
+def pinned_peer(url: str, tmp_path: Path) -> str:
+    """A [[federation.peers]] entry whose key is pinned in a file (no key fetch)."""
+    jwks = tmp_path / f"pinned-{urlsplit(url).port}.jwks.json"
+    jwks.write_bytes(orjson.dumps({"keys": [SigningKey.generate().public.jwk()]}))
+    return f'[[federation.peers]]\nurl = "{url}"\ntier = 2\njwks_file = "{jwks}"\n'
+
+
+def test_native_chain_a_b_c(start: Any, activate: Any) -> None:
+    native = ("--native-listen", "127.0.0.1:0")
+    c = start("c", *native)
+    activate(c.url, solidity("deep-auditor", behavioral_trust_score=0.97))
+    b = start("b", *native, "--peer", f"2@{c.native_url}")
+    activate(b.url, solidity("middle-auditor"))
+    a = start("a", "--peer", f"2@{b.native_url}")
+    activate(a.url, solidity("near-auditor", behavioral_trust_score=0.7))
+    got = discover(a.url)
+    ka, kb, kc = kid_of(a.url), kid_of(b.url), kid_of(c.url)
+    assert labels(got) == ["deep-auditor", "middle-auditor", "near-auditor"]
+    assert got["federation_path"] == [ka, kb, kc]
+    assert got["warnings"] == []
+    by_label = {r["agent_label"]: r for r in got["results"]}
+    deep = by_label["deep-auditor"]["provenance"]
+    assert deep["route"] == [kb, kc] and deep["origin_service"] == kc
+    assert deep["peer"] == {"ans_id": kb, "url": b.native_url, "granted_trust_tier": 2}
+    assert by_label["middle-auditor"]["provenance"]["route"] == [kb]
+    assert "provenance" not in by_label["near-auditor"]
+    assert [r["rank"] for r in got["results"]] == [1, 2, 3]
+    for srv in (a, b):
+        text = (srv.data_dir / "audit.jsonl").read_text()
+        assert '"event":"federation_forward"' in text and '"outcome":"ok"' in text
+    # The same query again goes over the kept-alive native connections.
+    again = discover(a.url)
+    assert labels(again) == labels(got) and again["warnings"] == []
+
+
+def test_native_peer_down(start: Any, activate: Any, tmp_path: Path) -> None:
+    dead = f"agtp+cleartext://127.0.0.1:{free_port()}"
+    # Key pinned in a file: the DISCOVER itself cannot connect.
+    a = start("a", config=FAST_CONFIG + pinned_peer(dead, tmp_path))
+    activate(a.url, solidity("local-auditor"))
+    got = discover(a.url)
+    assert labels(got) == ["local-auditor"]
+    assert warnings_of(got) == [("peer_unreachable", dead)]
+    assert dead in got["warnings"][0]["message"]
+    # Key from the peer's manifest (the default for agtp URLs): the DESCRIBE fails first.
+    b = start("b", "--peer", f"2@{dead}", config=FAST_CONFIG)
+    activate(b.url, solidity("local-auditor"))
+    got = discover(b.url)
+    assert labels(got) == ["local-auditor"]
+    assert warnings_of(got) == [("peer_key_unavailable", dead)]
+
+
+class SilentPeer:
+    """A TCP server on 127.0.0.1 that accepts and reads native requests but never answers."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.1)
+        self.url = f"agtp+cleartext://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.requests: list[NativeRequest] = []
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._accept = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            t = threading.Thread(target=self._read, args=(conn,), daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def _read(self, conn: socket.socket) -> None:
+        parser = NativeParser()
+        conn.settimeout(0.1)
+        with conn:
+            while not self._stop.is_set():
+                try:
+                    data = conn.recv(65536)
+                except TimeoutError:
+                    continue
+                except OSError:
+                    return
+                if not data:
+                    return
+                self.requests += parser.feed(data)
+
+    def __enter__(self) -> SilentPeer:
+        self._accept.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in [self._accept, *self._threads]:
+            t.join(timeout=5)
+        self.sock.close()
+
+
+def test_native_peer_that_never_answers(start: Any, activate: Any, tmp_path: Path) -> None:
+    with SilentPeer() as silent:
+        a = start("a", config=FAST_CONFIG + pinned_peer(silent.url, tmp_path))
+        activate(a.url, solidity("local-auditor"))
+        started = time.monotonic()
+        got = discover(a.url)
+        assert time.monotonic() - started < 2.5
+        assert labels(got) == ["local-auditor"]
+        assert warnings_of(got) == [("peer_timeout", silent.url)]
+        assert got["federation_path"] == [kid_of(a.url)]
+        # It was asked, in the native framing, with the caller's identity.
+        (req,) = silent.requests
+        assert req.method == "DISCOVER" and req.version == "AGTP/1.0"
+        assert req.headers["agent-id"] == "agtp://orch.example/agents/o"
+        assert orjson.loads(req.body)["parameters"]["intent"] == INTENT
