@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 JWKS_PATH = "/.well-known/jwks.json"
+# Peers reached over the native AGTP/1.0 framing (``ans serve --native-listen``):
+# agtp:// is TLS, agtp+cleartext:// plain TCP. Their key defaults to DESCRIBE.
+NATIVE_SCHEMES = ("agtp", "agtp+cleartext")
+NATIVE_DEFAULT_PORT = 8080  # the AGTP draft's working port for AGTP/TCP+TLS
 KEY_SOURCES = ("jwks_url", "jwks_file", "describe")
 _ZONE_RE = re.compile(r"zone:[a-z0-9][a-z0-9._-]{0,119}")
 MAX_PEERS = 64
@@ -78,6 +82,10 @@ class Peer:
             object.__setattr__(self, "name", self.url)
 
     @property
+    def native(self) -> bool:
+        return self.url.split("://", 1)[0] in NATIVE_SCHEMES
+
+    @property
     def key_url(self) -> str:
         return self.jwks_url or self.url + JWKS_PATH
 
@@ -85,15 +93,25 @@ class Peer:
         return not self.zones or zone is None or zone in self.zones
 
 
-def _check_url(url: Any, what: str) -> str:
+def _check_url(url: Any, what: str, schemes: tuple[str, ...] = ("http", "https")) -> str:
+    kinds = "an http(s) URL" if len(schemes) == 2 else "an http(s) or agtp[+cleartext] URL"
     if not isinstance(url, str) or len(url) > 2048:
-        raise PeerConfigError(f"{what} must be an http(s) URL")
+        raise PeerConfigError(f"{what} must be {kinds}")
     parts = urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise PeerConfigError(f"{what} must be an http(s) URL, got {url[:100]!r}")
+    try:
+        parts.port  # noqa: B018 - raises ValueError when out of range
+    except ValueError:
+        raise PeerConfigError(f"{what} has an invalid port: {url[:100]!r}") from None
+    if parts.scheme not in schemes or not parts.hostname:
+        raise PeerConfigError(f"{what} must be {kinds}, got {url[:100]!r}")
     if parts.query or parts.fragment or parts.username or parts.password:
         raise PeerConfigError(f"{what} must not carry credentials, a query or a fragment")
+    if parts.scheme in NATIVE_SCHEMES and parts.path not in ("", "/"):
+        raise PeerConfigError(f"{what}: a native AGTP URL has no path, got {url[:100]!r}")
     return url.strip().rstrip("/")
+
+
+PEER_SCHEMES = ("http", "https", *NATIVE_SCHEMES)
 
 
 def _check_tier(tier: Any) -> int:
@@ -104,11 +122,13 @@ def _check_tier(tier: Any) -> int:
 
 def parse_peer_flag(text: str) -> Peer:
     """``TIER@URL`` (``--peer 2@http://127.0.0.1:4481``); the key comes from the
-    peer's ``/.well-known/jwks.json``."""
+    peer's ``/.well-known/jwks.json``, or for a native ``agtp[+cleartext]://``
+    peer from its Agent Manifest (DESCRIBE)."""
     tier_text, sep, url = text.partition("@")
     if not sep or not tier_text.strip().isdigit():
         raise PeerConfigError(f"--peer takes TIER@URL (e.g. 2@https://ans.example), got {text!r}")
-    return Peer(url=_check_url(url, "--peer URL"), tier=_check_tier(int(tier_text)))
+    peer = Peer(url=_check_url(url, "--peer URL", PEER_SCHEMES), tier=_check_tier(int(tier_text)))
+    return replace(peer, key_source="describe") if peer.native else peer
 
 
 _PEER_KEYS = {
@@ -127,16 +147,18 @@ _PEER_KEYS = {
 def peer_from_table(table: Mapping[str, Any], base: Path) -> Peer:
     """One ``[[federation.peers]]`` table. Key source: exactly one of
     ``jwks_url``, ``jwks_file`` or ``describe = true`` (default: the peer's
-    well-known JWKS URL)."""
+    well-known JWKS URL; DESCRIBE for a native ``agtp[+cleartext]://`` peer)."""
     unknown = sorted(set(table) - _PEER_KEYS)
     if unknown:
         raise PeerConfigError(f"unknown key {unknown[0]!r} in [[federation.peers]]")
-    url = _check_url(table.get("url"), "peer url")
+    url = _check_url(table.get("url"), "peer url", PEER_SCHEMES)
     tier = _check_tier(table.get("tier"))
     chosen = [k for k in KEY_SOURCES if table.get(k) not in (None, False)]
     if len(chosen) > 1:
         raise PeerConfigError(f"peer {url}: choose one of jwks_url, jwks_file, describe")
-    source = chosen[0] if chosen else "jwks_url"
+    native = url.split("://", 1)[0] in NATIVE_SCHEMES
+    # A native peer serves no /.well-known/jwks.json: its manifest is the default.
+    source = chosen[0] if chosen else ("describe" if native else "jwks_url")
     jwks_url = _check_url(table["jwks_url"], "peer jwks_url") if "jwks_url" in table else None
     jwks_file = None
     if "jwks_file" in table:

@@ -73,6 +73,33 @@ class PeerTransport(Protocol):
     async def aclose(self) -> None: ...
 
 
+class SchemeRouter:
+    """A :class:`PeerTransport` that sends each request through the transport
+    for its URL's scheme (HTTP/2 for ``http``/``https``, the native AGTP
+    framing for ``agtp``/``agtp+cleartext``)."""
+
+    def __init__(self, routes: Mapping[str, PeerTransport]) -> None:
+        self._routes = dict(routes)
+
+    async def send(
+        self,
+        peer: Peer,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        timeout: float,
+    ) -> PeerReply:
+        transport = self._routes.get(url.split("://", 1)[0])
+        if transport is None:
+            raise PeerUnreachable(f"no transport for {url[:100]!r}")
+        return await transport.send(peer, method, url, headers, body, timeout)
+
+    async def aclose(self) -> None:
+        for transport in {id(t): t for t in self._routes.values()}.values():
+            await transport.aclose()
+
+
 class RequestTransport(Protocol):
     """Any-origin requests (index refresh, webhooks): what they need of :class:`HttpxTransport`."""
 
@@ -105,9 +132,7 @@ class HttpxTransport:
         self._clients: OrderedDict[tuple[str, str | None, bool], httpx.AsyncClient] = OrderedDict()
         self._retired: list[httpx.AsyncClient] = []
 
-    def _client(
-        self, origin: str, cacert: Path | None, prior_knowledge: bool
-    ) -> httpx.AsyncClient:
+    def _client(self, origin: str, cacert: Path | None, prior_knowledge: bool) -> httpx.AsyncClient:
         key = (origin, str(cacert) if cacert is not None else None, prior_knowledge)
         client = self._clients.get(key)
         if client is not None:
@@ -138,9 +163,7 @@ class HttpxTransport:
         body: bytes,
         timeout: float,
     ) -> PeerReply:
-        return await self.request(
-            peer.url, method, url, headers, body, timeout, cacert=peer.cacert
-        )
+        return await self.request(peer.url, method, url, headers, body, timeout, cacert=peer.cacert)
 
     async def request(
         self,

@@ -109,3 +109,108 @@ def test_bad_federation_config(tmp_path: Path, body: str, message: str) -> None:
 def test_serve_rejects_a_bad_peer_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve", "--peer", "9@http://127.0.0.1:1"]) == 2
     assert "peer tier must be 1, 2 or 3" in capsys.readouterr().err
+
+
+# -- native AGTP peers (agtp://, agtp+cleartext://) ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "url"),
+    [
+        ("2@agtp+cleartext://127.0.0.1:4491", "agtp+cleartext://127.0.0.1:4491"),
+        ("1@agtp://ans.partner.example/", "agtp://ans.partner.example"),
+        ("3@agtp://ans.partner.example:8443", "agtp://ans.partner.example:8443"),
+    ],
+)
+def test_native_peer_flag_takes_its_key_from_describe(text: str, url: str) -> None:
+    p = parse_peer_flag(text)
+    assert p.url == url and p.native
+    assert p.key_source == "describe" and p.jwks_url is None and p.jwks_file is None
+    assert p.tier == int(text[0])
+
+
+def test_http_peer_flag_is_not_native() -> None:
+    for text in ("2@http://127.0.0.1:4481", "2@https://ans.example"):
+        p = parse_peer_flag(text)
+        assert not p.native and p.key_source == "jwks_url"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("2@agtp+cleartext://127.0.0.1:4491/ans", "no path"),
+        ("2@agtp://ans.example/agents/x", "no path"),
+        ("2@ftp://127.0.0.1:21", "agtp"),
+        ("2@agtp+tls://127.0.0.1:1", "agtp"),
+        ("2@agtp://", "agtp"),
+        ("2@agtp://a:99999", "invalid port"),
+        ("2@agtp://user@a", "credentials"),
+    ],
+)
+def test_bad_native_peer_flag(text: str, message: str) -> None:
+    with pytest.raises(PeerConfigError, match=message):
+        parse_peer_flag(text)
+
+
+def test_toml_native_peers(tmp_path: Path) -> None:
+    cfg_file = tmp_path / "ans.toml"
+    cfg_file.write_text(
+        """
+[[federation.peers]]
+url = "agtp+cleartext://127.0.0.1:4491"
+tier = 2
+
+[[federation.peers]]
+url = "agtp://ans.partner.example"
+tier = 1
+jwks_url = "https://ans.partner.example/.well-known/jwks.json"
+cacert = "partner-ca.pem"
+
+[[federation.peers]]
+url = "agtp://ans.other.example:9443/"
+tier = 3
+jwks_file = "other.jwks.json"
+"""
+    )
+    plain, pinned_url, pinned_file = load(cfg_file).peers
+    assert plain.native and plain.key_source == "describe" and plain.jwks_url is None
+    assert pinned_url.key_source == "jwks_url"
+    assert pinned_url.key_url == "https://ans.partner.example/.well-known/jwks.json"
+    assert pinned_url.cacert == tmp_path / "partner-ca.pem"
+    assert pinned_file.url == "agtp://ans.other.example:9443"
+    assert pinned_file.key_source == "jwks_file"
+    assert pinned_file.jwks_file == tmp_path / "other.jwks.json"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ('[[federation.peers]]\nurl = "agtp://a/ans"\ntier = 2\n', "no path"),
+        ('[[federation.peers]]\nurl = "ftp://a"\ntier = 2\n', "agtp"),
+        (
+            '[[federation.peers]]\nurl = "agtp://a"\ntier = 2\n'
+            'jwks_url = "agtp://a/.well-known/jwks.json"\n',
+            "jwks_url must be an http",
+        ),
+        (
+            '[[federation.peers]]\nurl = "agtp://a"\ntier = 2\ndescribe = true\n'
+            'jwks_file = "f.json"\n',
+            "one of",
+        ),
+    ],
+)
+def test_bad_native_peer_in_toml(tmp_path: Path, body: str, message: str) -> None:
+    cfg_file = tmp_path / "ans.toml"
+    cfg_file.write_text(body)
+    with pytest.raises(ConfigError, match=message):
+        load(cfg_file)
+
+
+def test_native_listen_setting(tmp_path: Path) -> None:
+    cfg_file = tmp_path / "ans.toml"
+    cfg_file.write_text('[server]\nnative_listen = "127.0.0.1:4491"\n')
+    assert load(cfg_file).native_host_port == ("127.0.0.1", 4491)
+    assert load(None).native_host_port is None  # off unless asked for
+    cfg_file.write_text('[server]\nnative_listen = "127.0.0.1:http"\n')
+    with pytest.raises(ConfigError, match="native_listen"):
+        load(cfg_file)
