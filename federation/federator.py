@@ -256,10 +256,11 @@ class Federator:
         timeout = min(peer.timeout or self.settings.peer_timeout, plan.deadline)
         sent = _SentOnce(dispatched)
         try:
-            return await asyncio.wait_for(
-                self._ask_once(index, peer, req, plan, body, expect, started + timeout, sent),
-                timeout,
-            ), (loop.time() - started) * 1000.0
+            async with asyncio.timeout(timeout):  # no extra task, unlike wait_for
+                answer = await self._ask_once(
+                    index, peer, req, plan, body, expect, started + timeout, sent
+                )
+            return answer, (loop.time() - started) * 1000.0
         except TimeoutError:
             raise PeerError(f"no answer within {timeout:.3f}s", "peer_timeout") from None
         finally:

@@ -33,13 +33,15 @@ MAX_ENTRY_FIELDS = 64
 # Fields the merging ANS sets itself; a peer's values for them are not kept.
 # The routing fields (ans.routing.ROUTING_ITEM_FIELDS) mark the routing
 # position, which only the ANS answering the caller decides.
-REPLACED_FIELDS = (
-    "rank",
-    "rank_score",
-    "provenance",
-    "routing_reason",
-    "equivalent_confidence",
-    "alternative_to",
+REPLACED_FIELDS = frozenset(
+    {
+        "rank",
+        "rank_score",
+        "provenance",
+        "routing_reason",
+        "equivalent_confidence",
+        "alternative_to",
+    }
 )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,12 +39,12 @@ def b64url(data: bytes) -> str:
 
 
 def b64url_decode(text: str) -> bytes:
-    if not isinstance(text, str) or any(c not in _B64URL for c in text) or len(text) % 4 == 1:
+    if not isinstance(text, str) or len(text) % 4 == 1 or _B64URL.fullmatch(text) is None:
         raise ValueError("not base64url")
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-_B64URL = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+_B64URL = re.compile(r"[A-Za-z0-9_-]*")
 
 
 def _int_bytes(n: int) -> bytes:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import pytest
+from ans.protocol import jsonstrict
 from ans.protocol.errors import AgtpError, BodyTooLarge, MalformedJson
 from ans.protocol.jsonstrict import DEFAULT_MAX_BYTES, MAX_DEPTH, loads
 
@@ -253,3 +255,33 @@ def test_invalid_utf8_rejected(data: bytes) -> None:
 )
 def test_syntax_errors_rejected(data: bytes) -> None:
     _rejects(data)
+
+
+# -- the round-trip shortcut (a body orjson writes back byte for byte) ---------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b'{"a":1,"a":1}', b'{"x":{"k":"v","k":"v"}}', b'[{"a":0.5,"b":[1,2],"a":0.5}]'],
+    ids=["same-value", "nested", "in-list"],
+)
+def test_compact_duplicates_are_refused_although_orjson_takes_them(body: bytes) -> None:
+    orjson.loads(body)  # orjson alone would accept it
+    with pytest.raises(MalformedJson, match="duplicate key"):
+        jsonstrict.loads(body)
+
+
+def test_compact_orjson_body_parses_like_the_strict_decoder() -> None:
+    doc = {
+        "result": {
+            "results": [{"rank": 1, "score": 0.912345, "zone": "zone:public", "ok": True}],
+            "text": 'caf\u00e9 \u2028 "q" \\ \x01',
+            "n": None,
+            "big": 2**53,
+            "neg": -0.0,
+            "tiny": 5e-324,
+        }
+    }
+    body = orjson.dumps(doc)
+    assert orjson.dumps(orjson.loads(body)) == body  # the shortcut applies
+    assert jsonstrict.loads(body) == jsonstrict._DECODER.decode(body.decode()) == doc
