@@ -93,7 +93,14 @@ class NativeListener:
     async def start(self, host: str, port: int, tls: ssl.SSLContext | None) -> tuple[str, int]:
         loop = asyncio.get_running_loop()
         self.server = await loop.create_server(
-            self.protocol, host, port, ssl=tls, backlog=1024, reuse_address=True
+            self.protocol,
+            host,
+            port,
+            ssl=tls,
+            backlog=1024,
+            reuse_address=True,
+            # A TLS handshake gets no longer than a request to arrive.
+            ssl_handshake_timeout=self.request_timeout if tls is not None else None,
         )
         bound = self.server.sockets[0].getsockname()
         return str(bound[0]), int(bound[1])
