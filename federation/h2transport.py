@@ -5,10 +5,10 @@ Why it exists: measured on a 2-core machine against a local ``ans serve --demo``
 ``asyncio.Protocol`` driving the sans-IO ``h2`` library about 0.9 ms. A
 federated DISCOVER asks two peers, so httpx alone added ~4.6 ms of CPU to a
 request whose local-only version takes ~4 ms, against a target of federated
-p50 <= 2x local p50. ``bench/peer_transport.py`` measures both transports
-(``bench/results/peer_transport.json``: 300 sequential DISCOVERs each, 3.4 ms
-of client CPU per request with httpx, 1.15 ms with this one -- the kernel's
-loopback work included; wall p50 6.7 ms against 4.4 ms). httpx stays for every
+p50 <= 2x local p50. ``bench/peer_transport.py`` measures it beside httpx and
+the native framing (``bench/results/peer_transport.json``: 1,500 sequential
+DISCOVERs each, 1.43 ms of client CPU per request with httpx, 0.40 ms with
+this one, 0.14 ms native -- the kernel's loopback work included). httpx stays for every
 other outbound call (freshness DESCRIBEs, ``/status`` polls, webhooks: those
 may need HTTP/1.1).
 
