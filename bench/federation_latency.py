@@ -2,38 +2,48 @@
 
     .venv/bin/python bench/federation_latency.py     # writes bench/results/federation.json
 
-Four real ``ans serve`` processes on loopback, all trusting one temporary
+Seven real ``ans serve`` processes on loopback, all trusting one temporary
 governance key (``--governance-jwks``), every agent ACTIVATEd over the wire:
 
 * B and C: the MetaTool tools split in two alternating halves (~100 agents
   each; tier 1, behavioral 0.9, zone:public, the published example tasks as
-  ``capabilities.examples``);
+  ``capabilities.examples``); Bn and Cn: the same two catalogs, also serving
+  the native AGTP framing (``--native-listen``);
 * A_fed: 50 agents of the demo catalog (enterprise agents, another topic) and
-  ``--peer 2@B --peer 2@C``;
+  ``--peer 2@B --peer 2@C`` (HTTP/2, h2c: ``federation/h2transport.py``);
+* A_fed_native: the same 50 agents and ``--peer 2@agtp+cleartext://Bn
+  --peer 2@agtp+cleartext://Cn`` (``federation/native_transport.py``);
 * A_local: the same 50 agents, no peers.
+
+Each federating server has its own pair of peers, so a peer never sees a
+timed query before it is timed (its query-embedding cache is cold for it, as
+for A_local).
 
 Every query is a MetaTool intent with ``limit`` 10 and ``governance_zone``
 zone:public. The zone is what keeps A under ``limit``: only 3 of A's 50
 agents are public (the off-topic catalog alone is not enough -- at the default
 capability floor of 0.05, 10 to 36 of A's 50 agents pass for these queries).
-So A_local answers with 0-3 results and A_fed forwards every query to both
-peers, verifies their signed answers, merges, re-ranks and re-signs. The
-script checks that (``federation_path`` names a peer, no ``warnings``, A_fed's
-audit log has one successful forward per peer per timed query, A_local never
-reaches ``limit``) and verifies the ES256 signature of every timed answer.
+So A_local answers with 0-3 results and both federating servers forward every
+query to both peers, verify their signed answers, merge, re-rank and re-sign.
+The script checks that (``federation_path`` names a peer, no ``warnings``,
+each federating server's audit log has one successful forward per peer per
+timed query, A_local never reaches ``limit``) and verifies the ES256
+signature of every timed answer.
 
 This script is the client process: it sends the queries one at a time
-(concurrency 1) over one kept-alive HTTP/2 connection per server, alternating
-A_local and A_fed per query (and which goes first) so that noise hits both
-alike, and records wall-clock latency per request. A warm-up of 30 queries
+(concurrency 1) over one kept-alive HTTP/2 connection per server (the caller
+always speaks HTTP/2; only the peer hop differs), each query to A_local,
+A_fed and A_fed_native in an order that rotates per query so that noise hits
+all alike, and records wall-clock latency per request. A warm-up of 30 queries
 (not timed, not reused) precedes the timed pass. The timed queries are new to
 every server, so each server embeds each query once: the realistic case for
 distinct intents. A second pass over the same queries (query-embedding caches
 hot everywhere) is reported too, as ``cached_pass``.
 
-The machine this ran on is part of the measurement: with 2 cores, the 4
-servers and the client share them, so B and C answering "concurrently" are
-really time-sliced with each other and with A_fed. OPENBLAS_NUM_THREADS=1 is
+The machine this ran on is part of the measurement: with 2 cores, the
+servers and the client share them, so two peers answering "concurrently" are
+really time-sliced with each other and with the federating server (only one
+query is in flight at a time; idle servers cost nothing). OPENBLAS_NUM_THREADS=1 is
 set for the servers (one request = one core). The JSON also records each
 server's CPU time per timed query (Linux /proc) and the load average, since
 anything else running on the machine shows up in the latencies.
@@ -66,6 +76,10 @@ GOV_AGENT = "agtp://gov.bench.example/agents/platform"
 ASKER = "agtp://bench.example/agents/orchestrator"
 TARGET = 2.0
 A_AGENTS = 50
+FRONTS = ("A_local", "A_fed", "A_fed_native")  # the servers the client asks
+# Each federating server's peers (their own pair, so that no peer has seen a
+# query before the timed pass) and how it reaches them.
+PEERS = {"A_fed": ("url", ("B", "C")), "A_fed_native": ("native_url", ("Bn", "Cn"))}
 WARMUP = 30
 
 
@@ -126,12 +140,13 @@ Answer = tuple[float, dict[str, Any], dict[str, Any]]  # (ms, params, result)
 def timed_pass(
     clients: dict[str, AgtpClient], queries: Sequence[str], base: dict[str, Any], tag: str
 ) -> dict[str, list[Answer]]:
-    """Each query to A_local and A_fed, alternating which goes first."""
+    """Each query to every client, rotating which goes first."""
     out: dict[str, list[Answer]] = {name: [] for name in clients}
     names = list(clients)
     for i, q in enumerate(queries):
         params = {"intent": q, **base}
-        for name in names if i % 2 == 0 else names[::-1]:
+        k = i % len(names)
+        for name in names[k:] + names[:k]:
             t0 = time.perf_counter()
             resp = clients[name].discover(params, task_id=f"{tag}-{i}")
             ms = (time.perf_counter() - t0) * 1000.0
@@ -199,10 +214,13 @@ def cpu_ms(pid: int) -> float | None:
 def figures(runs: dict[str, list[Answer]]) -> dict[str, Any]:
     local = summary([a[0] for a in runs["A_local"]])
     fed = summary([a[0] for a in runs["A_fed"]])
+    native = summary([a[0] for a in runs["A_fed_native"]])
     return {
         "local_ms": local,
         "federated_ms": fed,
+        "federated_native_ms": native,
         "ratio_p50": round(fed["p50"] / local["p50"], 3),
+        "ratio_native_p50": round(native["p50"] / local["p50"], 3),
     }
 
 
@@ -254,15 +272,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             str(no_limit),
         )
         try:
-            for name in ("B", "C", "A_local"):
+            for name in ("B", "C"):
                 servers[name] = start_server(Path(tmp) / name, *common)
-            peers = [f"2@{servers[p].url}" for p in ("B", "C")]
-            servers["A_fed"] = start_server(
-                Path(tmp) / "A_fed", *common, "--peer", peers[0], "--peer", peers[1]
-            )
+            for name in ("Bn", "Cn"):
+                servers[name] = start_server(
+                    Path(tmp) / name, *common, "--native-listen", "127.0.0.1:0"
+                )
+            servers["A_local"] = start_server(Path(tmp) / "A_local", *common)
+            for name, (attr, pair) in PEERS.items():
+                peers = [f"2@{getattr(servers[p], attr)}" for p in pair]
+                servers[name] = start_server(
+                    Path(tmp) / name, *common, "--peer", peers[0], "--peer", peers[1]
+                )
             for name, srv in servers.items():
                 activate_all(srv.url, gov, agents[name[0]])
-            for name in ("A_local", "A_fed"):
+            for name in FRONTS:
                 clients[name] = AgtpClient(
                     servers[name].url,
                     agent_id=ASKER,
@@ -280,18 +304,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             load_after = os.getloadavg()[0]
             cached = timed_pass(clients, queries, base, "cached")
 
-            peer_ids = {kid_of(servers[p].url) for p in ("B", "C")}
-            fed_check = check_federated(first["A_fed"] + cached["A_fed"], peer_ids)
-            forwards = audit_forwards(servers["A_fed"].data_dir, "timed-")
-            for p in ("B", "C"):
-                ok = forwards.get(servers[p].url, {})
-                if ok != {"ok": len(queries)}:
-                    raise AssertionError(f"A_fed forwards to {p}: {ok}")
+            fed_check = {
+                name: check_federated(
+                    first[name] + cached[name], {kid_of(servers[p].url) for p in pair}
+                )
+                for name, (_, pair) in PEERS.items()
+            }
+            forwards = {}
+            for name, (attr, pair) in PEERS.items():
+                seen = audit_forwards(servers[name].data_dir, "timed-")
+                for p in pair:
+                    ok = seen.get(str(getattr(servers[p], attr)), {})
+                    if ok != {"ok": len(queries)}:
+                        raise AssertionError(f"{name} forwards to {p}: {ok}")
+                    forwards.setdefault(name, {})[p] = ok
             local_hits = [r["returned"] for _, _, r in first["A_local"] + cached["A_local"]]
             if max(local_hits) >= args.limit:
                 raise AssertionError(f"A_local returned {max(local_hits)} >= limit results")
             verified = 0
-            for name in ("A_local", "A_fed"):
+            for name in FRONTS:
                 jwks = clients[name].jwks()
                 verified += verify_all(first[name] + cached[name], jwks)
         finally:
@@ -308,10 +339,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             "machine": platform.machine(),
             "cpu_count": os.cpu_count(),
             "python": platform.python_version(),
-            "note": "4 servers and the client share these cores",
+            "note": "7 servers (one query in flight at a time) and the client share these cores",
         },
-        "agents": {name: len(agents[name[0]]) for name in ("A_local", "A_fed", "B", "C")},
-        "peers": "A_fed: --peer 2@B --peer 2@C (federation/h2transport.py, h2c)",
+        "agents": {name: len(agents[name[0]]) for name in servers},
+        "peers": {
+            "A_fed": "--peer 2@B --peer 2@C: HTTP/2, h2c (federation/h2transport.py)",
+            "A_fed_native": "--peer 2@agtp+cleartext://Bn --peer 2@agtp+cleartext://Cn: "
+            "native AGTP framing (federation/native_transport.py)",
+        },
         "queries": {
             "source": f"MetaTool eval_single, every {step}th (first {WARMUP} warm-up only)",
             "warmup": len(warmup),
@@ -319,17 +354,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             "limit": args.limit,
             "governance_zone": args.zone,
             "concurrency": 1,
-            "order": "interleaved per query, alternating which server goes first",
+            "order": "interleaved per query, rotating which server goes first",
             "max_local_results_on_A": max(local_hits),
             "mean_local_results_on_A": round(sum(local_hits) / len(local_hits), 3),
         },
         **main_figs,
         "target_ratio": TARGET,
-        "met": main_figs["ratio_p50"] <= TARGET,
+        "met_http2_peers": main_figs["ratio_p50"] <= TARGET,
+        "met_native_peers": main_figs["ratio_native_p50"] <= TARGET,
         "cached_pass": figures(cached),
         "federation": {
-            **fed_check,
-            "forwards_per_peer_timed_pass": {p: forwards[servers[p].url] for p in ("B", "C")},
+            name: {**fed_check[name], "forwards_per_peer_timed_pass": forwards[name]}
+            for name in ("A_fed", "A_fed_native")
         },
         "signatures_verified": verified,
         "server_cpu_ms_per_query_first_pass": {
@@ -343,18 +379,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
 
     for label, figs in (("first pass", main_figs), ("cached pass", report["cached_pass"])):
-        lo, fe = figs["local_ms"], figs["federated_ms"]
+        lo, fe, na = figs["local_ms"], figs["federated_ms"], figs["federated_native_ms"]
         print(
-            f"{label:12s} local p50 {lo['p50']:.2f} p90 {lo['p90']:.2f} p99 {lo['p99']:.2f} ms | "
-            f"federated p50 {fe['p50']:.2f} p90 {fe['p90']:.2f} p99 {fe['p99']:.2f} ms | "
-            f"ratio {figs['ratio_p50']:.2f}x"
+            f"{label:12s} local p50 {lo['p50']:.2f} ms | "
+            f"federated, HTTP/2 peers p50 {fe['p50']:.2f} ms ({figs['ratio_p50']:.2f}x) | "
+            f"federated, native peers p50 {na['p50']:.2f} ms ({figs['ratio_native_p50']:.2f}x)"
         )
-    print(
-        f"target <= {TARGET}x: {'met' if report['met'] else 'NOT met'}; "
-        f"{fed_check['mean_results_from_peers']} results from peers per federated answer, "
-        f"{fed_check['path_names_both_peers']}/{fed_check['answers']} paths name both peers, "
-        f"{verified} signatures verified"
-    )
+    for name, met in (("HTTP/2 peers", "met_http2_peers"), ("native peers", "met_native_peers")):
+        print(f"target <= {TARGET}x with {name}: {'met' if report[met] else 'NOT met'}")
+    for name, check in fed_check.items():
+        print(
+            f"{name}: {check['mean_results_from_peers']} results from peers per answer, "
+            f"{check['path_names_both_peers']}/{check['answers']} paths name both peers"
+        )
+    print(f"{verified} signatures verified")
     print(f"written to {args.out}")
     return 0
 
