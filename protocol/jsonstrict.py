@@ -65,6 +65,8 @@ def _depth_ok(data: bytes, limit: int) -> bool:
     outside a string. Only the brackets of those pieces are kept and counted.
     Exact for valid JSON; on invalid JSON the count may be off, but orjson
     rejects such a document right after."""
+    if data.count(b"[") + data.count(b"{") <= limit:
+        return True  # not even that many openers anywhere, strings included
     if b"\\" in data:
         data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
     skeleton = b"".join(data.split(b'"')[::2]).translate(_BRACKET_STEPS, _NOT_BRACKETS)
