@@ -325,7 +325,7 @@ def test_connection_refused() -> None:
             with pytest.raises(PeerUnreachable, match="cannot connect") as exc:
                 await t.send(Peer(url=url, tier=2), "DISCOVER", url + "/", HEADERS, b"{}", 2)
             assert exc.value.code == "peer_unreachable"
-            assert time.monotonic() - started < 1.0
+            assert time.monotonic() - started < 1.9  # refused at once, not the 2 s timeout
         finally:
             await t.aclose()
 
@@ -349,7 +349,7 @@ def test_silent_server_times_out_and_the_connection_is_not_reused() -> None:
                 started = time.monotonic()
                 with pytest.raises(PeerTimeout, match=r"within 0\.300s") as exc:
                     await send(t, srv, "stuck", timeout=0.3)
-                assert 0.3 <= time.monotonic() - started < 0.3 + 0.3
+                assert 0.3 <= time.monotonic() - started < 2.0
                 assert exc.value.code == "peer_timeout"
                 await srv.until(lambda: srv.client_closed == 1)  # we hung up on it
                 # A late answer on that connection can never be taken for the next one.

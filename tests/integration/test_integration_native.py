@@ -429,7 +429,7 @@ def test_a_request_trickling_in_is_cut_off_after_request_timeout(app: AnsApp) ->
             elapsed = time.monotonic() - started
             trickler.cancel()
             writer.close()
-            assert 0.3 <= elapsed < 1.0
+            assert 0.3 <= elapsed < 2.5  # cut off by the server, not by our 3 s read limit
             assert 5 < sent < len(wire)  # it had been receiving bytes all along
         finally:
             await listener.stop(grace=1)
@@ -644,7 +644,7 @@ def test_native_peer_that_never_answers(start: Any, activate: Any, tmp_path: Pat
         activate(a.url, solidity("local-auditor"))
         started = time.monotonic()
         got = discover(a.url)
-        assert time.monotonic() - started < 2.5
+        assert time.monotonic() - started < 4.0  # the 1.2 s deadline, not a hang
         assert labels(got) == ["local-auditor"]
         assert warnings_of(got) == [("peer_timeout", silent.url)]
         assert got["federation_path"] == [kid_of(a.url)]
