@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import json
+import socket
 import ssl
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ import httpx
 import orjson
 import pytest
 from ans.governance.keys import SigningKey, b64url
+from ans.protocol.native import NativeResponseParser, encode_request
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -187,6 +189,62 @@ def test_mtls_on_a_real_tls_server(tmp_path: Path, server_factory: Any) -> None:
         c.request("DISCOVER", "/", headers=IDENTITY, content=BODY)
     failures = [r for r in audit(data) if r["event"] == "authentication_failed"]
     assert len(failures) == 2 and {r["auth_mode"] for r in failures} == {"mtls"}
+
+
+def _native_ask(
+    native_url: str, ctx: ssl.SSLContext, headers: dict[str, str]
+) -> tuple[int, dict[str, Any]]:
+    """One DISCOVER over the native framing on a fresh TLS connection."""
+    host, port = native_url.removeprefix("agtp://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=20) as raw:
+        with ctx.wrap_socket(raw, server_hostname=host) as tls:
+            tls.sendall(encode_request("DISCOVER", headers, BODY))
+            parser = NativeResponseParser(1 << 20)
+            answers: list[Any] = []
+            while not answers:
+                chunk = tls.recv(65536)
+                assert chunk, "the server closed the connection without answering"
+                answers = parser.feed(chunk)
+    return answers[0].status, orjson.loads(answers[0].body)
+
+
+def test_mtls_on_the_native_listener(tmp_path: Path, server_factory: Any) -> None:
+    """The native listener in mtls mode: TLS 1.3, a client certificate from the
+    configured CA required, its SAN URI bound to the Agent-ID as over HTTP/2."""
+    ca = _issue(None, "test CA", [], is_ca=True)
+    ca_crt, _ = _write(tmp_path, "ca", *ca)
+    srv_crt, srv_key = _write(
+        tmp_path,
+        "server",
+        *_issue(ca, "127.0.0.1", [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+    )
+    good = _write(tmp_path, "good", *_issue(ca, "orch", [x509.UniformResourceIdentifier(AGENT)]))
+    cfg = tmp_path / "ans.toml"
+    cfg.write_text(
+        f'[server]\ntls_certfile = "{srv_crt}"\ntls_keyfile = "{srv_key}"\n'
+        f'tls_client_ca = "{ca_crt}"\nnative_listen = "127.0.0.1:0"\n[auth]\nmode = "mtls"\n'
+    )
+    data = tmp_path / "data"
+    srv = server_factory(data, "--config", str(cfg), "--demo")
+    assert srv.native_url is not None and srv.native_url.startswith("agtp://")
+
+    def ctx(cert: tuple[Path, Path] | None) -> ssl.SSLContext:
+        c = ssl.create_default_context(cafile=str(ca_crt))
+        if cert is not None:
+            c.load_cert_chain(str(cert[0]), str(cert[1]))
+        return c
+
+    status, body = _native_ask(srv.native_url, ctx(good), IDENTITY)
+    assert status == 200 and body["result"]["returned"] >= 1, body
+    spoof = {**IDENTITY, "agent-id": "agtp://o.example/agents/other"}
+    status, body = _native_ask(srv.native_url, ctx(good), spoof)
+    assert status == 401 and body["error"]["code"] == "certificate_identity_mismatch"
+    # no client certificate: refused during the handshake (TLS 1.3 may report it
+    # on the first read), never answered
+    with pytest.raises((ssl.SSLError, ConnectionError, AssertionError)):
+        _native_ask(srv.native_url, ctx(None), IDENTITY)
+    failures = [r for r in audit(data) if r["event"] == "authentication_failed"]
+    assert len(failures) == 1 and failures[0]["auth_mode"] == "mtls"
 
 
 # -- rate limits -----------------------------------------------------------------------------
