@@ -130,6 +130,7 @@ class NativeConnection(asyncio.Protocol):
         self.worker: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.partial_since: float | None = None
+        self.idle_since = 0.0  # set when the connection is made and after each answer
         self.paused = False
         self.closing = False
 
@@ -146,6 +147,7 @@ class NativeConnection(asyncio.Protocol):
             transport.close()
             return
         self.listener.connections.add(self)
+        self.idle_since = asyncio.get_running_loop().time()
         self._arm()
 
     def data_received(self, data: bytes) -> None:
@@ -212,6 +214,7 @@ class NativeConnection(asyncio.Protocol):
             if self.closing and self.transport is not None:
                 self.transport.close()
             else:
+                self.idle_since = asyncio.get_running_loop().time()
                 self._arm()
 
     def _write(self, answer: Answer) -> None:
@@ -243,24 +246,37 @@ class NativeConnection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    def _arm(self) -> None:
-        """Idle connections close after keep_alive_timeout; a request must be
-        complete within request_timeout of its first byte; none while answering."""
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+    def _deadline(self) -> float | None:
+        """When this connection must close if nothing changes: a request must
+        be complete within request_timeout of its first byte, an idle
+        connection lasts keep_alive_timeout; none while answering."""
         if self.closing or self.worker is not None:
-            return
-        loop = asyncio.get_running_loop()
+            return None
         if self.partial_since is not None:
-            when = self.partial_since + self.listener.request_timeout
-            self.timer = loop.call_at(when, self._expire, "request not complete in time")
-        else:
-            when = loop.time() + self.listener.keep_alive_timeout
-            self.timer = loop.call_at(when, self._expire, "idle")
+            return self.partial_since + self.listener.request_timeout
+        return self.idle_since + self.listener.keep_alive_timeout
 
-    def _expire(self, why: str) -> None:
+    def _arm(self) -> None:
+        """Make sure a timer fires no later than the deadline. A timer that
+        fires earlier is kept (it re-checks), so a busy connection does not
+        reschedule one per request."""
+        deadline = self._deadline()
+        if deadline is None:
+            return  # answering (the worker re-arms when done) or closing
+        if self.timer is not None:
+            if self.timer.when() <= deadline:
+                return
+            self.timer.cancel()
+        self.timer = asyncio.get_running_loop().call_at(deadline, self._expire)
+
+    def _expire(self) -> None:
         self.timer = None
-        if self.worker is None and not self.closing:
-            log.debug("native connection closed", reason=why)
-            self._close()
+        deadline = self._deadline()
+        if deadline is None:
+            return
+        if asyncio.get_running_loop().time() < deadline:
+            self._arm()  # something happened since: wait for the new deadline
+            return
+        why = "request not complete in time" if self.partial_since is not None else "idle"
+        log.debug("native connection closed", reason=why)
+        self._close()
