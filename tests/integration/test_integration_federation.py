@@ -3,7 +3,9 @@
 Honest peers are ``ans serve`` subprocesses. Misbehaving peers (slow,
 tampering, threshold-ignoring) are real hypercorn HTTP/2 servers in this
 process, answering with a real AnsService's signed results and then
-misbehaving. A down peer is a port nobody listens on."""
+misbehaving. A down peer is a port nobody listens on. The last cases run
+the same federation over the native AGTP framing (``--native-listen`` peers
+named ``agtp+cleartext://``), with a silent raw-TCP peer."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 import pytest
@@ -21,6 +24,7 @@ from ans.governance.keys import SigningKey
 from ans.governance.signing import sign_document
 from ans.protocol.binding import header_map
 from ans.protocol.messages import ActivateRequest, Identity, parse_discover
+from ans.protocol.native import NativeParser, NativeRequest
 from ans.protocol.scope import parse_authority_scope
 from hypercorn.asyncio import serve
 
@@ -409,3 +413,125 @@ def test_peer_connection_recycled_between_requests_is_retried(start: Any, activa
         got = discover(a.url)
         assert labels(got) == ["remote-auditor"]
         assert got["warnings"] == []
+
+
+# -- peers over the native AGTP framing (ans serve --native-listen) ---------------------------
+
+
+def pinned_peer(url: str, tmp_path: Path) -> str:
+    """A [[federation.peers]] entry whose key is pinned in a file (no key fetch)."""
+    jwks = tmp_path / f"pinned-{urlsplit(url).port}.jwks.json"
+    jwks.write_bytes(orjson.dumps({"keys": [SigningKey.generate().public.jwk()]}))
+    return f'[[federation.peers]]\nurl = "{url}"\ntier = 2\njwks_file = "{jwks}"\n'
+
+
+def test_native_chain_a_b_c(start: Any, activate: Any) -> None:
+    native = ("--native-listen", "127.0.0.1:0")
+    c = start("c", *native)
+    activate(c.url, solidity("deep-auditor", behavioral_trust_score=0.97))
+    b = start("b", *native, "--peer", f"2@{c.native_url}")
+    activate(b.url, solidity("middle-auditor"))
+    a = start("a", "--peer", f"2@{b.native_url}")
+    activate(a.url, solidity("near-auditor", behavioral_trust_score=0.7))
+    got = discover(a.url)
+    ka, kb, kc = kid_of(a.url), kid_of(b.url), kid_of(c.url)
+    assert labels(got) == ["deep-auditor", "middle-auditor", "near-auditor"]
+    assert got["federation_path"] == [ka, kb, kc]
+    assert got["warnings"] == []
+    by_label = {r["agent_label"]: r for r in got["results"]}
+    deep = by_label["deep-auditor"]["provenance"]
+    assert deep["route"] == [kb, kc] and deep["origin_service"] == kc
+    assert deep["peer"] == {"ans_id": kb, "url": b.native_url, "granted_trust_tier": 2}
+    assert by_label["middle-auditor"]["provenance"]["route"] == [kb]
+    assert "provenance" not in by_label["near-auditor"]
+    assert [r["rank"] for r in got["results"]] == [1, 2, 3]
+    for srv in (a, b):
+        text = (srv.data_dir / "audit.jsonl").read_text()
+        assert '"event":"federation_forward"' in text and '"outcome":"ok"' in text
+    # The same query again goes over the kept-alive native connections.
+    again = discover(a.url)
+    assert labels(again) == labels(got) and again["warnings"] == []
+
+
+def test_native_peer_down(start: Any, activate: Any, tmp_path: Path) -> None:
+    dead = f"agtp+cleartext://127.0.0.1:{free_port()}"
+    # Key pinned in a file: the DISCOVER itself cannot connect.
+    a = start("a", config=FAST_CONFIG + pinned_peer(dead, tmp_path))
+    activate(a.url, solidity("local-auditor"))
+    got = discover(a.url)
+    assert labels(got) == ["local-auditor"]
+    assert warnings_of(got) == [("peer_unreachable", dead)]
+    assert dead in got["warnings"][0]["message"]
+    # Key from the peer's manifest (the default for agtp URLs): the DESCRIBE fails first.
+    b = start("b", "--peer", f"2@{dead}", config=FAST_CONFIG)
+    activate(b.url, solidity("local-auditor"))
+    got = discover(b.url)
+    assert labels(got) == ["local-auditor"]
+    assert warnings_of(got) == [("peer_key_unavailable", dead)]
+
+
+class SilentPeer:
+    """A TCP server on 127.0.0.1 that accepts and reads native requests but never answers."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.1)
+        self.url = f"agtp+cleartext://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.requests: list[NativeRequest] = []
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._accept = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            t = threading.Thread(target=self._read, args=(conn,), daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def _read(self, conn: socket.socket) -> None:
+        parser = NativeParser()
+        conn.settimeout(0.1)
+        with conn:
+            while not self._stop.is_set():
+                try:
+                    data = conn.recv(65536)
+                except TimeoutError:
+                    continue
+                except OSError:
+                    return
+                if not data:
+                    return
+                self.requests += parser.feed(data)
+
+    def __enter__(self) -> SilentPeer:
+        self._accept.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in [self._accept, *self._threads]:
+            t.join(timeout=5)
+        self.sock.close()
+
+
+def test_native_peer_that_never_answers(start: Any, activate: Any, tmp_path: Path) -> None:
+    with SilentPeer() as silent:
+        a = start("a", config=FAST_CONFIG + pinned_peer(silent.url, tmp_path))
+        activate(a.url, solidity("local-auditor"))
+        started = time.monotonic()
+        got = discover(a.url)
+        assert time.monotonic() - started < 4.0  # the 1.2 s deadline, not a hang
+        assert labels(got) == ["local-auditor"]
+        assert warnings_of(got) == [("peer_timeout", silent.url)]
+        assert got["federation_path"] == [kid_of(a.url)]
+        # It was asked, in the native framing, with the caller's identity.
+        (req,) = silent.requests
+        assert req.method == "DISCOVER" and req.version == "AGTP/1.0"
+        assert req.headers["agent-id"] == "agtp://orch.example/agents/o"
+        assert orjson.loads(req.body)["parameters"]["intent"] == INTENT

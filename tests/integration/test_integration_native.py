@@ -1,10 +1,9 @@
-"""The native AGTP/1.0 listener of a real ``ans serve --native-listen``, and
-federation over it (``--peer TIER@agtp+cleartext://...``).
+"""The native AGTP/1.0 listener of a real ``ans serve --native-listen``
+(federation over it is in test_integration_federation.py).
 
 Requests are written with ``encode_request`` on plain blocking sockets (every
 read bounded by a socket timeout) and read with ``NativeResponseParser``;
-answers are compared with what the HTTP/2 listener gives for the same query.
-A peer that never answers is a raw TCP server in this process."""
+answers are compared with what the HTTP/2 listener gives for the same query."""
 
 from __future__ import annotations
 
@@ -12,9 +11,8 @@ import asyncio
 import json
 import socket
 import ssl
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -23,12 +21,9 @@ import orjson
 import pytest
 from ans.federation.native_transport import NativePeerTransport
 from ans.federation.peers import Peer
-from ans.governance.keys import SigningKey
 from ans.protocol.errors import AgtpError
 from ans.protocol.messages import CONTENT_TYPE
 from ans.protocol.native import (
-    NativeParser,
-    NativeRequest,
     NativeResponse,
     NativeResponseParser,
     encode_request,
@@ -44,9 +39,6 @@ from ans.server import build_service
 pytestmark = pytest.mark.integration
 
 IDENTITY = {"agent-id": "agtp://orch.example/agents/o", "principal-id": "usr-1"}
-INTENT = "audit Solidity smart contracts for reentrancy bugs"
-QUERY = {"intent": INTENT, "limit": 5}
-FAST_CONFIG = "[federation]\npeer_timeout = 0.6\ndeadline = 1.2\n"
 
 
 def agtp_request(
@@ -456,200 +448,3 @@ def test_a_long_pipeline_is_paused_and_resumed_not_dropped(app: AnsApp) -> None:
             await listener.stop(grace=1)
 
     asyncio.run(go())
-
-
-# -- federation over the native framing --------------------------------------------------
-
-
-def solidity(label: str, **kw: Any) -> dict[str, Any]:
-    return {
-        "label": label,
-        "org_domain": f"{label}.example",
-        "job_description": f"{label}: audits Solidity smart contracts for reentrancy bugs.",
-        **kw,
-    }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def kid_of(url: str) -> str:
-    with h2_client(url) as c:
-        kid: str = c.jwks()["keys"][0]["kid"]
-        return kid
-
-
-def discover(url: str, params: dict[str, Any] = QUERY) -> dict[str, Any]:
-    with h2_client(url) as c:
-        resp = c.discover(params)
-        assert resp.status == 200, resp.body
-        verify_discover_result(resp.result, c.jwks(), params)
-        return resp.result
-
-
-def warnings_of(result: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(w["code"], w["peer"]) for w in result["warnings"]]
-
-
-def labels(result: dict[str, Any]) -> list[str]:
-    return sorted(r["agent_label"] for r in result["results"])
-
-
-@pytest.fixture
-def activate(
-    test_gov_key: tuple[SigningKey, Path], make_manifest: Callable[..., dict[str, Any]]
-) -> Callable[..., None]:
-    def run(url: str, *agents: dict[str, Any]) -> None:
-        with AgtpClient(
-            url,
-            agent_id="agtp://gov.example/agents/p",
-            principal_id="gov",
-            scope="discovery:register",
-        ) as c:
-            for spec in agents:
-                spec = dict(spec)
-                manifest = make_manifest(spec.pop("label"), key=test_gov_key[0], **spec)
-                resp = c.call("ACTIVATE", {"manifest": manifest, "capabilities": {}})
-                assert resp.status == 200, resp.body
-
-    return run
-
-
-@pytest.fixture
-def start(server_factory: Any, tmp_path: Path, test_gov_key: tuple[SigningKey, Path]) -> Any:
-    """start(name, *args, config=None) -> RunningServer trusting the test governance key."""
-    counter = iter(range(100))
-
-    def run(name: str, *extra: str, config: str | None = None) -> Any:
-        data = tmp_path / f"{name}-{next(counter)}"
-        data.mkdir()
-        args = ["--governance-jwks", str(test_gov_key[1]), *extra]
-        if config is not None:
-            (data / "ans.toml").write_text(config)
-            args += ["--config", str(data / "ans.toml")]
-        return server_factory(data, *args)
-
-    return run
-
-
-def pinned_peer(url: str, tmp_path: Path) -> str:
-    """A [[federation.peers]] entry whose key is pinned in a file (no key fetch)."""
-    jwks = tmp_path / f"pinned-{urlsplit(url).port}.jwks.json"
-    jwks.write_bytes(orjson.dumps({"keys": [SigningKey.generate().public.jwk()]}))
-    return f'[[federation.peers]]\nurl = "{url}"\ntier = 2\njwks_file = "{jwks}"\n'
-
-
-def test_native_chain_a_b_c(start: Any, activate: Any) -> None:
-    native = ("--native-listen", "127.0.0.1:0")
-    c = start("c", *native)
-    activate(c.url, solidity("deep-auditor", behavioral_trust_score=0.97))
-    b = start("b", *native, "--peer", f"2@{c.native_url}")
-    activate(b.url, solidity("middle-auditor"))
-    a = start("a", "--peer", f"2@{b.native_url}")
-    activate(a.url, solidity("near-auditor", behavioral_trust_score=0.7))
-    got = discover(a.url)
-    ka, kb, kc = kid_of(a.url), kid_of(b.url), kid_of(c.url)
-    assert labels(got) == ["deep-auditor", "middle-auditor", "near-auditor"]
-    assert got["federation_path"] == [ka, kb, kc]
-    assert got["warnings"] == []
-    by_label = {r["agent_label"]: r for r in got["results"]}
-    deep = by_label["deep-auditor"]["provenance"]
-    assert deep["route"] == [kb, kc] and deep["origin_service"] == kc
-    assert deep["peer"] == {"ans_id": kb, "url": b.native_url, "granted_trust_tier": 2}
-    assert by_label["middle-auditor"]["provenance"]["route"] == [kb]
-    assert "provenance" not in by_label["near-auditor"]
-    assert [r["rank"] for r in got["results"]] == [1, 2, 3]
-    for srv in (a, b):
-        text = (srv.data_dir / "audit.jsonl").read_text()
-        assert '"event":"federation_forward"' in text and '"outcome":"ok"' in text
-    # The same query again goes over the kept-alive native connections.
-    again = discover(a.url)
-    assert labels(again) == labels(got) and again["warnings"] == []
-
-
-def test_native_peer_down(start: Any, activate: Any, tmp_path: Path) -> None:
-    dead = f"agtp+cleartext://127.0.0.1:{free_port()}"
-    # Key pinned in a file: the DISCOVER itself cannot connect.
-    a = start("a", config=FAST_CONFIG + pinned_peer(dead, tmp_path))
-    activate(a.url, solidity("local-auditor"))
-    got = discover(a.url)
-    assert labels(got) == ["local-auditor"]
-    assert warnings_of(got) == [("peer_unreachable", dead)]
-    assert dead in got["warnings"][0]["message"]
-    # Key from the peer's manifest (the default for agtp URLs): the DESCRIBE fails first.
-    b = start("b", "--peer", f"2@{dead}", config=FAST_CONFIG)
-    activate(b.url, solidity("local-auditor"))
-    got = discover(b.url)
-    assert labels(got) == ["local-auditor"]
-    assert warnings_of(got) == [("peer_key_unavailable", dead)]
-
-
-class SilentPeer:
-    """A TCP server on 127.0.0.1 that accepts and reads native requests but never answers."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.sock.settimeout(0.1)
-        self.url = f"agtp+cleartext://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.requests: list[NativeRequest] = []
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._accept = threading.Thread(target=self._serve, daemon=True)
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            t = threading.Thread(target=self._read, args=(conn,), daemon=True)
-            self._threads.append(t)
-            t.start()
-
-    def _read(self, conn: socket.socket) -> None:
-        parser = NativeParser()
-        conn.settimeout(0.1)
-        with conn:
-            while not self._stop.is_set():
-                try:
-                    data = conn.recv(65536)
-                except TimeoutError:
-                    continue
-                except OSError:
-                    return
-                if not data:
-                    return
-                self.requests += parser.feed(data)
-
-    def __enter__(self) -> SilentPeer:
-        self._accept.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for t in [self._accept, *self._threads]:
-            t.join(timeout=5)
-        self.sock.close()
-
-
-def test_native_peer_that_never_answers(start: Any, activate: Any, tmp_path: Path) -> None:
-    with SilentPeer() as silent:
-        a = start("a", config=FAST_CONFIG + pinned_peer(silent.url, tmp_path))
-        activate(a.url, solidity("local-auditor"))
-        started = time.monotonic()
-        got = discover(a.url)
-        assert time.monotonic() - started < 4.0  # the 1.2 s deadline, not a hang
-        assert labels(got) == ["local-auditor"]
-        assert warnings_of(got) == [("peer_timeout", silent.url)]
-        assert got["federation_path"] == [kid_of(a.url)]
-        # It was asked, in the native framing, with the caller's identity.
-        (req,) = silent.requests
-        assert req.method == "DISCOVER" and req.version == "AGTP/1.0"
-        assert req.headers["agent-id"] == "agtp://orch.example/agents/o"
-        assert orjson.loads(req.body)["parameters"]["intent"] == INTENT
