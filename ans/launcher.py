@@ -1,6 +1,7 @@
 """Run ``ans serve`` as a subprocess on a loopback port and wait for its
 "ANS listening on URL" line (and, with ``--native-listen``, the native
-listener's URL printed before it). Used by the integration tests and the benchmarks."""
+listener's URL printed before it); read a process's CPU time. Used by the
+integration tests and the benchmarks."""
 
 from __future__ import annotations
 
@@ -69,3 +70,12 @@ def stop_server(server: RunningServer) -> None:
     except subprocess.TimeoutExpired:
         server.proc.kill()
         server.proc.wait(timeout=5)
+
+
+def cpu_ms(pid: int) -> float | None:
+    """User + system CPU time of a process (Linux /proc), in ms; None elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) * 1000.0 / os.sysconf("SC_CLK_TCK")

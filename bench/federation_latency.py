@@ -68,7 +68,7 @@ from metatool_eval import agent_docs  # bench/ is on sys.path when run as a scri
 
 from ans.client import AgtpClient, verify_discover_result
 from ans.demo import demo_capabilities, demo_manifest, load_catalog
-from ans.launcher import RunningServer, start_server, stop_server
+from ans.launcher import RunningServer, cpu_ms, start_server, stop_server
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "metatool" / "split.json"
@@ -200,15 +200,6 @@ def verify_all(answers: Sequence[Answer], jwks: dict[str, Any]) -> int:
     for _, params, result in answers:
         verify_discover_result(result, jwks, params)
     return len(answers)
-
-
-def cpu_ms(pid: int) -> float | None:
-    """User + system CPU time of a process (Linux /proc), in ms; None elsewhere."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) * 1000.0 / os.sysconf("SC_CLK_TCK")
 
 
 def figures(runs: dict[str, list[Answer]]) -> dict[str, Any]:

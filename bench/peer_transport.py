@@ -56,7 +56,7 @@ from ans.federation.native_transport import NativePeerTransport
 from ans.federation.peers import Peer
 from ans.federation.transport import HttpxTransport, PeerTransport
 
-from ans.launcher import start_server, stop_server
+from ans.launcher import cpu_ms, start_server, stop_server
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_BYTES = 4 * 1024 * 1024
@@ -87,15 +87,6 @@ def bodies() -> list[bytes]:
         orjson.dumps({"method": "DISCOVER", "parameters": {"intent": i, "limit": 10}})
         for i in INTENTS
     ]
-
-
-def cpu_ms(pid: int) -> float | None:
-    """User + system CPU time of a process (Linux /proc), in ms; None elsewhere."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) * 1000.0 / os.sysconf("SC_CLK_TCK")
 
 
 async def block(
