@@ -143,24 +143,33 @@ def _write(
     return c, k
 
 
-def test_mtls_on_a_real_tls_server(tmp_path: Path, server_factory: Any) -> None:
+def _mtls_setup(
+    tmp: Path, server_extra: str = ""
+) -> tuple[tuple[x509.Certificate, ec.EllipticCurvePrivateKey], Path, tuple[Path, Path], Path]:
+    """A test CA, a server certificate for 127.0.0.1, a client certificate for
+    AGENT and an mtls config file: (ca, ca_crt, good client cert + key, config)."""
     ca = _issue(None, "test CA", [], is_ca=True)
-    ca_crt, _ = _write(tmp_path, "ca", *ca)
+    ca_crt, _ = _write(tmp, "ca", *ca)
     srv_crt, srv_key = _write(
-        tmp_path,
+        tmp,
         "server",
         *_issue(ca, "127.0.0.1", [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
     )
-    good = _write(tmp_path, "good", *_issue(ca, "orch", [x509.UniformResourceIdentifier(AGENT)]))
+    good = _write(tmp, "good", *_issue(ca, "orch", [x509.UniformResourceIdentifier(AGENT)]))
+    cfg = tmp / "ans.toml"
+    cfg.write_text(
+        f'[server]\ntls_certfile = "{srv_crt}"\ntls_keyfile = "{srv_key}"\n'
+        f'tls_client_ca = "{ca_crt}"\n{server_extra}[auth]\nmode = "mtls"\n'
+    )
+    return ca, ca_crt, good, cfg
+
+
+def test_mtls_on_a_real_tls_server(tmp_path: Path, server_factory: Any) -> None:
+    ca, ca_crt, good, cfg = _mtls_setup(tmp_path)
     other = _write(
         tmp_path,
         "other",
         *_issue(ca, "other", [x509.UniformResourceIdentifier("agtp://o.example/agents/other")]),
-    )
-    cfg = tmp_path / "ans.toml"
-    cfg.write_text(
-        f'[server]\ntls_certfile = "{srv_crt}"\ntls_keyfile = "{srv_key}"\n'
-        f'tls_client_ca = "{ca_crt}"\n[auth]\nmode = "mtls"\n'
     )
     data = tmp_path / "data"
     srv = server_factory(data, "--config", str(cfg), "--demo")
@@ -211,19 +220,7 @@ def _native_ask(
 def test_mtls_on_the_native_listener(tmp_path: Path, server_factory: Any) -> None:
     """The native listener in mtls mode: TLS 1.3, a client certificate from the
     configured CA required, its SAN URI bound to the Agent-ID as over HTTP/2."""
-    ca = _issue(None, "test CA", [], is_ca=True)
-    ca_crt, _ = _write(tmp_path, "ca", *ca)
-    srv_crt, srv_key = _write(
-        tmp_path,
-        "server",
-        *_issue(ca, "127.0.0.1", [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-    )
-    good = _write(tmp_path, "good", *_issue(ca, "orch", [x509.UniformResourceIdentifier(AGENT)]))
-    cfg = tmp_path / "ans.toml"
-    cfg.write_text(
-        f'[server]\ntls_certfile = "{srv_crt}"\ntls_keyfile = "{srv_key}"\n'
-        f'tls_client_ca = "{ca_crt}"\nnative_listen = "127.0.0.1:0"\n[auth]\nmode = "mtls"\n'
-    )
+    _, ca_crt, good, cfg = _mtls_setup(tmp_path, 'native_listen = "127.0.0.1:0"\n')
     data = tmp_path / "data"
     srv = server_factory(data, "--config", str(cfg), "--demo")
     assert srv.native_url is not None and srv.native_url.startswith("agtp://")
