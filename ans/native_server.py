@@ -36,7 +36,6 @@ import structlog
 
 from ans.protocol.binding import response_headers
 from ans.protocol.errors import AgtpError, Unavailable
-from ans.protocol.messages import encode_error
 from ans.protocol.native import NativeParser, NativeRequest, encode_response
 
 from .app import AnsApp, Answer
@@ -228,8 +227,7 @@ class NativeConnection(asyncio.Protocol):
         self.transport.write(encode_response(answer.status, headers, answer.body))
 
     def _write_error(self, exc: AgtpError) -> None:
-        body = encode_error(exc.status, None, exc.code, exc.message)
-        self._write(Answer(exc.status, None, body, exc.headers))
+        self._write(AnsApp.failure(exc, None, None, None))
 
     # -- closing and timers ----------------------------------------------------------
     def close_when_done(self) -> None:
@@ -240,11 +238,6 @@ class NativeConnection(asyncio.Protocol):
     def abort(self) -> None:
         if self.transport is not None:
             self.transport.abort()
-
-    def _close(self) -> None:
-        self.closing = True
-        if self.transport is not None:
-            self.transport.close()
 
     def _deadline(self) -> float | None:
         """When this connection must close if nothing changes: a request must
@@ -279,4 +272,4 @@ class NativeConnection(asyncio.Protocol):
             return
         why = "request not complete in time" if self.partial_since is not None else "idle"
         log.debug("native connection closed", reason=why)
-        self._close()
+        self.close_when_done()
