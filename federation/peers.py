@@ -19,6 +19,11 @@ JWKS_PATH = "/.well-known/jwks.json"
 # agtp:// is TLS, agtp+cleartext:// plain TCP. Their key defaults to DESCRIBE.
 NATIVE_SCHEMES = ("agtp", "agtp+cleartext")
 NATIVE_DEFAULT_PORT = 8080  # the AGTP draft's working port for AGTP/TCP+TLS
+
+
+def is_native(url: str) -> bool:
+    """Whether ``url`` names a peer over the native AGTP framing."""
+    return url.split("://", 1)[0] in NATIVE_SCHEMES
 KEY_SOURCES = ("jwks_url", "jwks_file", "describe")
 _ZONE_RE = re.compile(r"zone:[a-z0-9][a-z0-9._-]{0,119}")
 MAX_PEERS = 64
@@ -83,7 +88,7 @@ class Peer:
 
     @property
     def native(self) -> bool:
-        return self.url.split("://", 1)[0] in NATIVE_SCHEMES
+        return is_native(self.url)
 
     @property
     def key_url(self) -> str:
@@ -94,7 +99,7 @@ class Peer:
 
 
 def _check_url(url: Any, what: str, schemes: tuple[str, ...] = ("http", "https")) -> str:
-    kinds = "an http(s) URL" if len(schemes) == 2 else "an http(s) or agtp[+cleartext] URL"
+    kinds = "an http(s) or agtp[+cleartext] URL" if "agtp" in schemes else "an http(s) URL"
     if not isinstance(url, str) or len(url) > 2048:
         raise PeerConfigError(f"{what} must be {kinds}")
     parts = urlsplit(url.strip())
@@ -156,9 +161,8 @@ def peer_from_table(table: Mapping[str, Any], base: Path) -> Peer:
     chosen = [k for k in KEY_SOURCES if table.get(k) not in (None, False)]
     if len(chosen) > 1:
         raise PeerConfigError(f"peer {url}: choose one of jwks_url, jwks_file, describe")
-    native = url.split("://", 1)[0] in NATIVE_SCHEMES
     # A native peer serves no /.well-known/jwks.json: its manifest is the default.
-    source = chosen[0] if chosen else ("describe" if native else "jwks_url")
+    source = chosen[0] if chosen else ("describe" if is_native(url) else "jwks_url")
     jwks_url = _check_url(table["jwks_url"], "peer jwks_url") if "jwks_url" in table else None
     jwks_file = None
     if "jwks_file" in table:
