@@ -29,10 +29,10 @@ from .status import REASON
 
 _START_RE = re.compile(rb"(AGTP/1(?:\.\d{1,3})?) ([A-Z][A-Z0-9_-]{0,31})")
 _STATUS_RE = re.compile(rb"(AGTP/1(?:\.\d{1,3})?) ([1-5]\d\d)(?: [\x20-\x7e]{0,128})?")
-_TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}"  # a header name
+_HEADER_NAME = r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}"
 # One header line: name, colon, value without surrounding blanks (or trailing CRs).
-_HEADER_LINE_RE = re.compile(rb"^(" + _TOKEN.encode() + rb"):[ \t]*(.*?)[ \t]*\r*$", re.M)
-_NAME_RE = re.compile(_TOKEN)
+_HEADER_LINE_RE = re.compile(rb"^(" + _HEADER_NAME.encode() + rb"):[ \t]*(.*?)[ \t]*\r*$", re.M)
+_NAME_RE = re.compile(_HEADER_NAME)
 _METHOD_RE = re.compile(r"[A-Z][A-Z0-9_-]{0,31}")
 # What a header value may not hold on the wire: CR, LF and other controls.
 _BAD_VALUE_RE = re.compile(r"[^\x20-\x7e\x80-\xff\t]")
