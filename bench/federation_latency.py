@@ -13,7 +13,22 @@ governance key (``--governance-jwks``), every agent ACTIVATEd over the wire:
   ``--peer 2@B --peer 2@C`` (HTTP/2, h2c: ``federation/h2transport.py``);
 * A_fed_native: the same 50 agents and ``--peer 2@agtp+cleartext://Bn
   --peer 2@agtp+cleartext://Cn`` (``federation/native_transport.py``);
-* A_local: the same 50 agents, no peers.
+* A_local: the same 50 agents, no peers;
+* A_all: all of them in one index -- A's 50 agents plus B's and C's -- and
+  no peers: the same catalog the federation spans, held by one ANS.
+
+Two local-only baselines, because "local-only" can mean two things, and the
+JSON reports the ratio to each:
+
+* ``A_all`` answers the *same query over the same agents* without
+  federation, so its answer is the same kind of answer (a full page of
+  ``limit`` results, mostly the same agents; the overlap is reported). The
+  ratio to it is the price of spreading a catalog over three ANS servers
+  instead of one: the question an operator deciding between federating and
+  centralising asks.
+* ``A_local`` is A without its peers: the strictest comparison. Its answer
+  is smaller (0-3 results, since only 3 of its agents are public) and its
+  index holds only 50 agents, so it is cheaper than any full answer.
 
 Each federating server has its own pair of peers, so a peer never sees a
 timed query before it is timed (its query-embedding cache is cold for it, as
@@ -76,7 +91,7 @@ GOV_AGENT = "agtp://gov.bench.example/agents/platform"
 ASKER = "agtp://bench.example/agents/orchestrator"
 TARGET = 2.0
 A_AGENTS = 50
-FRONTS = ("A_local", "A_fed", "A_fed_native")  # the servers the client asks
+FRONTS = ("A_local", "A_all", "A_fed", "A_fed_native")  # the servers the client asks
 # Each federating server's peers (their own pair, so that no peer has seen a
 # query before the timed pass) and how it reaches them.
 PEERS = {"A_fed": ("url", ("B", "C")), "A_fed_native": ("native_url", ("Bn", "Cn"))}
@@ -202,16 +217,31 @@ def verify_all(answers: Sequence[Answer], jwks: dict[str, Any]) -> int:
     return len(answers)
 
 
+def same_agents(local: Sequence[Answer], federated: Sequence[Answer]) -> float:
+    """Mean share of a federated answer's agents that the one-index answer to
+    the same query also returns (the two rank alike except for the tier cap)."""
+    shares = []
+    for (_, _, a), (_, _, b) in zip(local, federated, strict=True):
+        ids = {r["canonical_id"] for r in b["results"]}
+        if ids:
+            shares.append(len(ids & {r["canonical_id"] for r in a["results"]}) / len(ids))
+    return round(sum(shares) / len(shares), 3)
+
+
 def figures(runs: dict[str, list[Answer]]) -> dict[str, Any]:
     local = summary([a[0] for a in runs["A_local"]])
+    one_index = summary([a[0] for a in runs["A_all"]])
     fed = summary([a[0] for a in runs["A_fed"]])
     native = summary([a[0] for a in runs["A_fed_native"]])
     return {
         "local_ms": local,
+        "one_index_ms": one_index,
         "federated_ms": fed,
         "federated_native_ms": native,
         "ratio_p50": round(fed["p50"] / local["p50"], 3),
         "ratio_native_p50": round(native["p50"] / local["p50"], 3),
+        "ratio_to_one_index_p50": round(fed["p50"] / one_index["p50"], 3),
+        "ratio_native_to_one_index_p50": round(native["p50"] / one_index["p50"], 3),
     }
 
 
@@ -269,14 +299,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                 servers[name] = start_server(
                     Path(tmp) / name, *common, "--native-listen", "127.0.0.1:0"
                 )
-            servers["A_local"] = start_server(Path(tmp) / "A_local", *common)
+            for name in ("A_local", "A_all"):
+                servers[name] = start_server(Path(tmp) / name, *common)
             for name, (attr, pair) in PEERS.items():
                 peers = [f"2@{getattr(servers[p], attr)}" for p in pair]
                 servers[name] = start_server(
                     Path(tmp) / name, *common, "--peer", peers[0], "--peer", peers[1]
                 )
+            catalogs = {
+                name: agents["A"] + agents["B"] + agents["C"]
+                if name == "A_all"
+                else agents[name[0]]
+                for name in servers
+            }
             for name, srv in servers.items():
-                activate_all(srv.url, gov, agents[name[0]])
+                activate_all(srv.url, gov, catalogs[name])
             for name in FRONTS:
                 clients[name] = AgtpClient(
                     servers[name].url,
@@ -301,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 for name, (_, pair) in PEERS.items()
             }
-            forwards = {}
+            forwards: dict[str, dict[str, dict[str, int]]] = {}
             for name, (attr, pair) in PEERS.items():
                 seen = audit_forwards(servers[name].data_dir, "timed-")
                 for p in pair:
@@ -312,6 +349,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             local_hits = [r["returned"] for _, _, r in first["A_local"] + cached["A_local"]]
             if max(local_hits) >= args.limit:
                 raise AssertionError(f"A_local returned {max(local_hits)} >= limit results")
+            all_hits = [r["returned"] for _, _, r in first["A_all"] + cached["A_all"]]
+            if min(all_hits) < args.limit:
+                raise AssertionError(f"A_all returned {min(all_hits)} < limit results")
+            if any("federation_path" in r for _, _, r in first["A_all"] + cached["A_all"]):
+                raise AssertionError("A_all federated")
+            overlap = same_agents(first["A_all"], first["A_fed_native"])
             verified = 0
             for name in FRONTS:
                 jwks = clients[name].jwks()
@@ -330,9 +373,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "machine": platform.machine(),
             "cpu_count": os.cpu_count(),
             "python": platform.python_version(),
-            "note": "7 servers (one query in flight at a time) and the client share these cores",
+            "note": "8 servers (one query in flight at a time) and the client share these cores",
         },
-        "agents": {name: len(agents[name[0]]) for name in servers},
+        "agents": {name: len(catalog) for name, catalog in catalogs.items()},
         "peers": {
             "A_fed": "--peer 2@B --peer 2@C: HTTP/2, h2c (federation/h2transport.py)",
             "A_fed_native": "--peer 2@agtp+cleartext://Bn --peer 2@agtp+cleartext://Cn: "
@@ -348,11 +391,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             "order": "interleaved per query, rotating which server goes first",
             "max_local_results_on_A": max(local_hits),
             "mean_local_results_on_A": round(sum(local_hits) / len(local_hits), 3),
+            "mean_results_on_A_all": round(sum(all_hits) / len(all_hits), 3),
+            "federated_agents_also_in_A_all_answer": overlap,
         },
         **main_figs,
         "target_ratio": TARGET,
         "met_http2_peers": main_figs["ratio_p50"] <= TARGET,
         "met_native_peers": main_figs["ratio_native_p50"] <= TARGET,
+        "met_http2_peers_vs_one_index": main_figs["ratio_to_one_index_p50"] <= TARGET,
+        "met_native_peers_vs_one_index": main_figs["ratio_native_to_one_index_p50"] <= TARGET,
         "cached_pass": figures(cached),
         "federation": {
             name: {**fed_check[name], "forwards_per_peer_timed_pass": forwards[name]}
@@ -370,14 +417,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
 
     for label, figs in (("first pass", main_figs), ("cached pass", report["cached_pass"])):
-        lo, fe, na = figs["local_ms"], figs["federated_ms"], figs["federated_native_ms"]
+        lo, one = figs["local_ms"]["p50"], figs["one_index_ms"]["p50"]
+        fe, na = figs["federated_ms"]["p50"], figs["federated_native_ms"]["p50"]
         print(
-            f"{label:12s} local p50 {lo['p50']:.2f} ms | "
-            f"federated, HTTP/2 peers p50 {fe['p50']:.2f} ms ({figs['ratio_p50']:.2f}x) | "
-            f"federated, native peers p50 {na['p50']:.2f} ms ({figs['ratio_native_p50']:.2f}x)"
+            f"{label}: p50 A alone {lo:.2f} ms, one index {one:.2f} ms | "
+            f"HTTP/2 peers {fe:.2f} ms ({fe / lo:.2f}x A alone, {fe / one:.2f}x one index) | "
+            f"native peers {na:.2f} ms ({na / lo:.2f}x A alone, {na / one:.2f}x one index)"
         )
-    for name, met in (("HTTP/2 peers", "met_http2_peers"), ("native peers", "met_native_peers")):
-        print(f"target <= {TARGET}x with {name}: {'met' if report[met] else 'NOT met'}")
+    for hop, met in (("HTTP/2 peers", "met_http2_peers"), ("native peers", "met_native_peers")):
+        for against, suffix in (("A alone", ""), ("one index", "_vs_one_index")):
+            verdict = "met" if report[met + suffix] else "NOT met"
+            print(f"target <= {TARGET}x, {hop}, against {against}: {verdict}")
+    q = report["queries"]
+    print(
+        f"A alone returned {q['mean_local_results_on_A']} results per answer, one index "
+        f"{q['mean_results_on_A_all']}; {q['federated_agents_also_in_A_all_answer']:.0%} of "
+        "the federated answers' agents are in the one-index answer"
+    )
     for name, check in fed_check.items():
         print(
             f"{name}: {check['mean_results_from_peers']} results from peers per answer, "
