@@ -292,13 +292,21 @@ class AnsService:
         return True
 
     def health(self) -> dict[str, Any]:
-        """The /healthz body: agent count and where the index came from."""
-        return {
+        """The /healthz body: agent count, where the index came from and, with
+        peers, how many are being skipped (counts only: peer URLs stay private)."""
+        body: dict[str, Any] = {
             "status": "ok",
             "agents": len(self._registry),
             "index_loaded_from": self.index_loaded_from,
             "indexed": len(self.matcher),
         }
+        if self.federator is not None:
+            states = self.federator.health.snapshot().values()
+            body["federation"] = {
+                "peers": len(self.federator.peers),
+                "skipped": sum(1 for st in states if st["state"] == "skipped"),
+            }
+        return body
 
     def __len__(self) -> int:
         return len(self._registry)
@@ -405,7 +413,7 @@ class AnsService:
             return self._finish(req, local, await pending)
         local = self._local(req)
         plan = fed.plan(req, local.total)
-        if not plan.peers:
+        if not plan.peers and not plan.skipped:
             return self._finish(req, local, None)
         return self._finish(req, local, await fed.gather(req, plan))
 

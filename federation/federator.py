@@ -4,8 +4,10 @@
 ``limit`` local results, hop budget left, not already on the path, peer
 tier and zones eligible). :meth:`Federator.gather` asks every eligible peer
 concurrently — per-peer timeout, one overall deadline — and returns the
-verified candidates plus one warning per peer that failed or misbehaved.
-Every forward and every drop is an audit record. :func:`merge` de-duplicates
+verified candidates plus one warning per peer that failed, misbehaved or was
+skipped (:mod:`.health`: a peer that keeps timing out or refusing
+connections is left out for a while, then probed). Every forward and every
+drop is an audit record, and so is every peer being skipped or restored. :func:`merge` de-duplicates
 (local wins), re-ranks with the caller's formula and cuts to ``limit``.
 """
 
@@ -30,6 +32,7 @@ from ans.protocol.messages import (
     DiscoverRequest,
 )
 
+from .health import DOWN_CODES, PeerHealth, Skip
 from .keys import PeerKeyCache, PeerKeyUnavailable
 from .peers import FederationSettings, Peer
 from .transport import PeerError, PeerTransport
@@ -65,8 +68,11 @@ WARNING_CODES = frozenset(
         "peer_entry_invalid",
         "peer_threshold_violation",
         "peer_zone_not_accepted",
+        "peer_skipped",
     }
 )
+# Failures that say nothing about whether the peer is up.
+NEUTRAL_CODES = frozenset({"peer_key_unavailable", "peer_on_path"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +80,8 @@ class Plan:
     peers: tuple[tuple[int, Peer], ...]
     deadline: float
     path: tuple[str, ...]  # the path we send: the incoming one plus us
+    skipped: tuple[tuple[Peer, Skip], ...] = ()  # eligible, but left out for now
+    probes: frozenset[str] = frozenset()  # URLs of peers asked to end a skip period
 
 
 class Dispatched:
@@ -147,6 +155,7 @@ class Federator:
         self.min_capability_match = min_capability_match
         self.clock = clock
         self.keys = PeerKeyCache(transport, settings, monotonic)
+        self.health = PeerHealth(settings, monotonic)
 
     async def aclose(self) -> None:
         await self.transport.aclose()
@@ -178,9 +187,21 @@ class Federator:
             and p.accepts_zone(req.params.governance_zone)
             and not on_path.intersection(self.keys.cached_kids(p))
         )
-        if not eligible:
+        asked: list[tuple[int, Peer]] = []
+        skipped: list[tuple[Peer, Skip]] = []
+        probes: set[str] = set()
+        for i, p in eligible:
+            skip = self.health.check(p.url)
+            if skip is not None:
+                skipped.append((p, skip))
+                continue
+            asked.append((i, p))
+            if self.health.probing(p.url):
+                probes.add(p.url)
+        if not asked and not skipped:
             return stay
-        return Plan(eligible, deadline, (*incoming, self.self_id))
+        path = (*incoming, self.self_id)
+        return Plan(tuple(asked), deadline, path, tuple(skipped), frozenset(probes))
 
     # -- asking ------------------------------------------------------------------------
     async def gather(
@@ -191,8 +212,20 @@ class Federator:
         out = Gathered()
         if dispatched is not None:
             dispatched.expect(len(plan.peers))
+        for peer, skip in plan.skipped:
+            self._skipped(out, req, peer, skip)
         if not plan.peers:
             return out
+        try:
+            return await self._gather(req, plan, out, dispatched)
+        finally:
+            for url in plan.probes:  # a probe cut short (cancelled) decides nothing
+                if self.health.probing(url):
+                    self.health.release(url)
+
+    async def _gather(
+        self, req: DiscoverRequest, plan: Plan, out: Gathered, dispatched: Dispatched | None
+    ) -> Gathered:
         body = orjson.dumps(
             {"method": "DISCOVER", "task_id": req.task_id, "parameters": req.raw_parameters}
             if req.task_id is not None
@@ -224,18 +257,21 @@ class Federator:
                     f"no answer within the federation deadline of {plan.deadline:.3f}s",
                     "peer_timeout",
                 ),
+                plan,
             )
         for task in done:
             peer = tasks[task]
             exc = task.exception()
             if exc is not None:
                 if isinstance(exc, PeerError):
-                    self._fail(out, req, peer, exc)
+                    self._fail(out, req, peer, exc, plan)
                 else:  # a bug must not fail the caller's request
                     log.error("federation task failed", peer=peer.name, error=repr(exc))
+                    self.health.release(peer.url)
                     self._fail(out, req, peer, PeerError("internal error", "peer_error"))
                 continue
             answer, elapsed = task.result()
+            self._answered(req, peer)
             self._accept(out, req, answer, elapsed)
         out.candidates.sort(key=lambda c: (c.peer_index, c.canonical_id))
         out.warnings.sort(key=lambda w: (w["peer"], w["code"]))
@@ -312,18 +348,57 @@ class Federator:
             return verify_result(peer, index, result, fresh, expect)
 
     # -- outcomes ------------------------------------------------------------------------
-    def _fail(self, out: Gathered, req: DiscoverRequest, peer: Peer, exc: PeerError) -> None:
-        if exc.code == "peer_on_path":  # a loop we avoided, not a failure
-            log.info("federation: peer already on the path, not asked", peer=peer.name)
-            return
+    def _fail(
+        self,
+        out: Gathered,
+        req: DiscoverRequest,
+        peer: Peer,
+        exc: PeerError,
+        plan: Plan | None = None,
+    ) -> None:
         code = exc.code if exc.code in WARNING_CODES else "peer_error"
         if isinstance(exc, PeerKeyUnavailable):
             code = "peer_key_unavailable"
+        if plan is not None:
+            self._health(req, peer, exc.code, code, probe=peer.url in plan.probes)
+        if exc.code == "peer_on_path":  # a loop we avoided, not a failure
+            log.info("federation: peer already on the path, not asked", peer=peer.name)
+            return
         message = f"peer {peer.name}: {exc.message}"[:300]
         out.warnings.append({"code": code, "peer": peer.url, "message": message})
         log.warning("federation peer dropped", peer=peer.name, code=code, reason=exc.message)
         self._audit(req, "federation_forward", peer, outcome=code, received=0, accepted=0)
         self._audit(req, "federation_drop", peer, code=code, count=1, reason=exc.message[:300])
+
+    def _health(self, req: DiscoverRequest, peer: Peer, raw: str, code: str, probe: bool) -> None:
+        """Tell :class:`PeerHealth` how a forward ended; audit a peer being
+        skipped (or skipped longer after a failed probe)."""
+        if raw in NEUTRAL_CODES or code in NEUTRAL_CODES:
+            self.health.release(peer.url)
+        elif code in DOWN_CODES:
+            period = self.health.failed(peer.url, code, probe=probe)
+            if period is not None:
+                log.warning("federation peer skipped", peer=peer.name, seconds=period, last=code)
+                self._audit(
+                    req,
+                    "federation_peer_skipped",
+                    peer,
+                    skip_seconds=period,
+                    last_failure=code,
+                    after_probe=probe,
+                )
+        else:  # it answered, if badly: it is up
+            self._answered(req, peer)
+
+    def _answered(self, req: DiscoverRequest, peer: Peer) -> None:
+        if self.health.answered(peer.url):
+            log.info("federation peer restored", peer=peer.name)
+            self._audit(req, "federation_peer_restored", peer)
+
+    def _skipped(self, out: Gathered, req: DiscoverRequest, peer: Peer, skip: Skip) -> None:
+        message = skip.message(peer.name)[:300]
+        out.warnings.append({"code": "peer_skipped", "peer": peer.url, "message": message})
+        self._audit(req, "federation_drop", peer, code="peer_skipped", count=1, reason=message)
 
     def _accept(
         self, out: Gathered, req: DiscoverRequest, answer: VerifiedAnswer, elapsed: float

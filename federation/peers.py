@@ -24,6 +24,8 @@ NATIVE_DEFAULT_PORT = 8080  # the AGTP draft's working port for AGTP/TCP+TLS
 def is_native(url: str) -> bool:
     """Whether ``url`` names a peer over the native AGTP framing."""
     return url.split("://", 1)[0] in NATIVE_SCHEMES
+
+
 KEY_SOURCES = ("jwks_url", "jwks_file", "describe")
 _ZONE_RE = re.compile(r"zone:[a-z0-9][a-z0-9._-]{0,119}")
 MAX_PEERS = 64
@@ -36,7 +38,10 @@ class PeerConfigError(ValueError):
 @dataclass(frozen=True, slots=True)
 class FederationSettings:
     """Bounds on forwarding. ``deadline`` caps the whole fan-out; ``peer_timeout``
-    caps one peer (a peer may override it)."""
+    caps one peer (a peer may override it). After ``failures_before_skip``
+    consecutive timeouts or refused connections a peer is skipped for
+    ``skip_seconds`` (doubling after each failed probe, up to
+    ``max_skip_seconds``); 0 never skips."""
 
     max_hops: int = 2
     peer_timeout: float = 2.0
@@ -45,6 +50,9 @@ class FederationSettings:
     key_retry: float = 10.0
     max_response_bytes: int = 4 * 1024 * 1024
     max_clock_skew: float = 300.0
+    failures_before_skip: int = 3
+    skip_seconds: float = 5.0
+    max_skip_seconds: float = 60.0
 
     def validate(self) -> FederationSettings:
         if not 0 <= self.max_hops <= 8:
@@ -60,6 +68,12 @@ class FederationSettings:
             raise PeerConfigError("federation max_response_bytes must be 1 KiB..64 MiB")
         if not 1.0 <= self.max_clock_skew <= 86400:
             raise PeerConfigError("federation max_clock_skew must be 1 s..1 day")
+        if not 0 <= self.failures_before_skip <= 100:
+            raise PeerConfigError("federation failures_before_skip must be 0..100")
+        if not 0.1 <= self.skip_seconds <= 3600:
+            raise PeerConfigError("federation skip_seconds must be 0.1..3600 seconds")
+        if not self.skip_seconds <= self.max_skip_seconds <= 3600:
+            raise PeerConfigError("federation max_skip_seconds must be skip_seconds..3600 seconds")
         return self
 
 
@@ -214,7 +228,11 @@ _SETTING_KEYS = {
     "key_retry",
     "max_response_bytes",
     "max_clock_skew",
+    "failures_before_skip",
+    "skip_seconds",
+    "max_skip_seconds",
 }
+_INTEGER_KEYS = ("max_hops", "max_response_bytes", "failures_before_skip")
 
 
 def federation_from_table(
@@ -229,9 +247,9 @@ def federation_from_table(
             raise PeerConfigError(f"unknown key {key!r} in [federation]")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise PeerConfigError(f"[federation] {key} must be a number")
-        if key in ("max_hops", "max_response_bytes") and not isinstance(value, int):
+        if key in _INTEGER_KEYS and not isinstance(value, int):
             raise PeerConfigError(f"[federation] {key} must be an integer")
-        values[key] = float(value) if key not in ("max_hops", "max_response_bytes") else value
+        values[key] = value if key in _INTEGER_KEYS else float(value)
     settings = FederationSettings(**values).validate()
     raw_peers = table.get("peers", [])
     if not isinstance(raw_peers, list) or not all(isinstance(p, dict) for p in raw_peers):

@@ -45,6 +45,9 @@ max_hops = 3
 peer_timeout = 1.5
 deadline = 2.5
 key_ttl = 600
+failures_before_skip = 5
+skip_seconds = 2
+max_skip_seconds = 30.5
 
 [[federation.peers]]
 url = "https://ans.partner.example"
@@ -66,7 +69,13 @@ describe = true
     )
     cfg = load(cfg_file, peers=(parse_peer_flag("2@http://127.0.0.1:9"),))
     assert cfg.federation == FederationSettings(
-        max_hops=3, peer_timeout=1.5, deadline=2.5, key_ttl=600.0
+        max_hops=3,
+        peer_timeout=1.5,
+        deadline=2.5,
+        key_ttl=600.0,
+        failures_before_skip=5,
+        skip_seconds=2.0,
+        max_skip_seconds=30.5,
     )
     first, second, third, flag = cfg.peers
     assert first.zones == ("zone:finance",) and first.timeout == 0.75
@@ -84,6 +93,10 @@ describe = true
         ("[federation]\ndeadline = 0\n", "deadline"),
         ("[federation]\nbogus = 1\n", "bogus"),
         ('[federation]\npeer_timeout = "1"\n', "number"),
+        ("[federation]\nfailures_before_skip = 2.5\n", "failures_before_skip must be an integer"),
+        ("[federation]\nfailures_before_skip = -1\n", "failures_before_skip must be 0..100"),
+        ("[federation]\nskip_seconds = 0.01\n", "skip_seconds must be"),
+        ("[federation]\nskip_seconds = 10\nmax_skip_seconds = 5\n", "max_skip_seconds must be"),
         ('[[federation.peers]]\nurl = "http://a"\n', "tier"),
         ('[[federation.peers]]\nurl = "http://a"\ntier = 2\ncolour = "red"\n', "colour"),
         (

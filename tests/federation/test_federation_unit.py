@@ -436,6 +436,176 @@ def test_down_peer_is_a_warning_and_its_key_failure_is_cached(world: World) -> N
     assert world.net.sent == [("http://down", "GET")] * 2
 
 
+# -- a peer that keeps failing is skipped for a while, then probed ------------------------
+
+SKIPPING = FederationSettings(
+    peer_timeout=0.5,
+    deadline=0.8,
+    key_retry=5.0,
+    failures_before_skip=2,
+    skip_seconds=5.0,
+    max_skip_seconds=12.0,
+)
+
+
+def skipping_world(world: World, timeout: float = 0.05) -> tuple[AnsService, FakePeer]:
+    b = world.ans("b", solidity("remote-auditor"))
+    fake = world.serve("http://b", b)
+    peer = Peer("http://b", 2, timeout=timeout)
+    return world.ans("a", solidity("local-auditor"), peers=(peer,), settings=SKIPPING), fake
+
+
+def discover_request(svc: AnsService, **params: Any) -> Any:
+    h = {"agent-id": "agtp://o.example/agents/orch", "principal-id": "usr-1"}
+    h["authority-scope"] = "discovery:query"
+    body = orjson.dumps({"method": "DISCOVER", "parameters": {"intent": INTENT, **params}})
+    return parse_discover(h, body, svc.limits)
+
+
+def skip_periods(svc: AnsService) -> list[float]:
+    return [e["skip_seconds"] for e in audit_events(svc, "federation_peer_skipped")]
+
+
+def test_a_peer_that_keeps_timing_out_is_skipped_then_probed_and_restored(world: World) -> None:
+    a, fake = skipping_world(world)
+    fake.delay = 5.0
+    for _ in range(2):
+        assert codes(ask(a, limit=5)) == [("peer_timeout", "http://b")]
+    assert len(fake.discovers) == 2
+    got = ask(a, limit=5)  # skipped: answered at once, without asking b
+    assert codes(got) == [("peer_skipped", "http://b")]
+    assert (
+        "skipped for 5.0s more after 2 consecutive failures (last: peer_timeout)"
+        in (got["warnings"][0]["message"])
+    )
+    assert labels(got) == ["local-auditor"] and got["federation_path"] == [a.key.kid]
+    assert_signed_by(got, a)
+    assert len(fake.discovers) == 2
+    (opened,) = audit_events(a, "federation_peer_skipped")
+    assert opened["skip_seconds"] == 5.0 and opened["last_failure"] == "peer_timeout"
+    assert opened["peer"] == "http://b" and opened["after_probe"] is False
+    (drop,) = [d for d in audit_events(a, "federation_drop") if d["code"] == "peer_skipped"]
+    assert drop["peer"] == "http://b" and drop["count"] == 1
+    assert a.health()["federation"] == {"peers": 1, "skipped": 1}
+
+    world.mono[0] += 5.0  # the period is over; b has recovered
+    fake.delay = 0.0
+    got = ask(a, limit=5)  # this query probes b
+    assert codes(got) == [] and "remote-auditor" in labels(got)
+    assert len(fake.discovers) == 3
+    (restored,) = audit_events(a, "federation_peer_restored")
+    assert restored["peer"] == "http://b"
+    assert codes(ask(a, limit=5)) == [] and len(fake.discovers) == 4
+    assert a.health()["federation"] == {"peers": 1, "skipped": 0}
+
+
+def test_a_failed_probe_skips_the_peer_twice_as_long_up_to_the_cap(world: World) -> None:
+    a, fake = skipping_world(world)
+    fake.delay = 5.0
+    for _ in range(2):
+        ask(a, limit=5)
+    world.mono[0] += 5.0
+    assert codes(ask(a, limit=5)) == [("peer_timeout", "http://b")]  # the probe
+    assert len(fake.discovers) == 3
+    world.mono[0] += 9.9
+    assert codes(ask(a, limit=5)) == [("peer_skipped", "http://b")]
+    world.mono[0] += 0.1
+    assert codes(ask(a, limit=5)) == [("peer_timeout", "http://b")]  # the next probe
+    world.mono[0] += 12.0
+    ask(a, limit=5)
+    assert skip_periods(a) == [5.0, 10.0, 12.0, 12.0]
+    assert [e["after_probe"] for e in audit_events(a, "federation_peer_skipped")] == [
+        False,
+        True,
+        True,
+        True,
+    ]
+    assert len(fake.discovers) == 5
+
+
+def test_an_unreachable_peer_is_skipped_too(world: World, tmp_path: Path) -> None:
+    b = world.ans("b", solidity("remote-auditor"))
+    jwks = tmp_path / "b.jwks.json"  # a pinned key: nothing throttles the connection attempts
+    jwks.write_bytes(orjson.dumps(b.jwks()))
+    peer = Peer("http://gone", 2, key_source="jwks_file", jwks_file=jwks)
+    a = world.ans("a", solidity("local-auditor"), peers=(peer,), settings=SKIPPING)
+    for _ in range(2):
+        assert codes(ask(a, limit=5)) == [("peer_unreachable", "http://gone")]
+    assert codes(ask(a, limit=5)) == [("peer_skipped", "http://gone")]
+    assert world.net.sent == [("http://gone", "DISCOVER")] * 2
+
+
+def test_a_peer_that_answers_is_never_skipped_however_it_answers(world: World) -> None:
+    a, fake = skipping_world(world)
+    fake.delay = 5.0
+    assert codes(ask(a, limit=5)) == [("peer_timeout", "http://b")]
+    fake.delay = 0.0
+    assert codes(ask(a, limit=5)) == []  # an answer: the count starts again
+    fake.delay = 5.0
+    assert codes(ask(a, limit=5)) == [("peer_timeout", "http://b")]
+    fake.delay = 0.0
+
+    def tamper(result: dict[str, Any], peer: FakePeer) -> dict[str, Any]:
+        result["results"][0]["behavioral_trust_score"] = 1.0
+        return result
+
+    fake.mutate = tamper  # misbehaving, but up: dropped every time, never skipped
+    for _ in range(3):
+        assert codes(ask(a, limit=5)) == [("peer_signature_invalid", "http://b")]
+    assert skip_periods(a) == []
+    assert len(fake.discovers) == 6
+
+
+def test_zero_failures_before_skip_never_skips(world: World) -> None:
+    b = world.ans("b", solidity("remote-auditor"))
+    world.serve("http://b", b).delay = 5.0
+    settings = FederationSettings(peer_timeout=0.05, deadline=0.8, failures_before_skip=0)
+    a = world.ans("a", solidity("local-auditor"), peers=(Peer("http://b", 2),), settings=settings)
+    for _ in range(4):
+        assert codes(ask(a, limit=5)) == [("peer_timeout", "http://b")]
+    assert skip_periods(a) == []
+
+
+def test_while_one_query_probes_the_others_skip_and_a_cancelled_probe_decides_nothing(
+    world: World,
+) -> None:
+    a, fake = skipping_world(world, timeout=0.4)
+    fake.delay = 5.0
+    for _ in range(2):
+        ask(a, limit=5)
+    world.mono[0] += 5.0
+    fake.delay = 0.15
+
+    async def concurrently() -> tuple[dict[str, Any], dict[str, Any]]:
+        probe = asyncio.ensure_future(a.discover_async(discover_request(a, limit=5)))
+        await asyncio.sleep(0.05)  # the probe is on its way to b
+        other = await a.discover_async(discover_request(a, limit=5))
+        return await probe, other
+
+    probed, other = asyncio.run(concurrently())
+    assert codes(other) == [("peer_skipped", "http://b")]
+    assert "another query is probing it" in other["warnings"][0]["message"]
+    assert codes(probed) == [] and "remote-auditor" in labels(probed)
+    assert len(fake.discovers) == 3
+
+    fake.delay = 5.0  # b hangs again: skipped again after two failures
+    for _ in range(2):
+        ask(a, limit=5)
+    world.mono[0] += 5.0
+
+    async def cancelled_probe() -> dict[str, Any]:
+        probe = asyncio.ensure_future(a.discover_async(discover_request(a, limit=5)))
+        await asyncio.sleep(0.05)
+        probe.cancel()  # the caller went away mid-probe
+        await asyncio.gather(probe, return_exceptions=True)
+        fake.delay = 0.0
+        return await a.discover_async(discover_request(a, limit=5))
+
+    after = asyncio.run(cancelled_probe())
+    assert codes(after) == []  # it probed again at once, and b answered
+    assert len(fake.discovers) == 7
+
+
 def test_tampered_answer_is_dropped(world: World) -> None:
     b = world.ans("b", solidity("remote-auditor"))
 

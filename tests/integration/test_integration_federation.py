@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 import orjson
 import pytest
 from ans.governance.keys import SigningKey
@@ -535,3 +536,26 @@ def test_native_peer_that_never_answers(start: Any, activate: Any, tmp_path: Pat
         assert req.method == "DISCOVER" and req.version == "AGTP/1.0"
         assert req.headers["agent-id"] == "agtp://orch.example/agents/o"
         assert orjson.loads(req.body)["parameters"]["intent"] == INTENT
+
+
+def test_a_peer_that_keeps_hanging_is_skipped(start: Any, activate: Any, tmp_path: Path) -> None:
+    skipping = FAST_CONFIG + "failures_before_skip = 2\nskip_seconds = 60\n"
+    with SilentPeer() as silent:
+        a = start("a", config=skipping + pinned_peer(silent.url, tmp_path))
+        activate(a.url, solidity("local-auditor"))
+        for _ in range(2):
+            assert warnings_of(discover(a.url)) == [("peer_timeout", silent.url)]
+        got = discover(a.url)  # not asked: answered without waiting for it
+        assert warnings_of(got) == [("peer_skipped", silent.url)]
+        assert "after 2 consecutive failures (last: peer_timeout)" in got["warnings"][0]["message"]
+        assert labels(got) == ["local-auditor"]
+        assert got["federation_path"] == [kid_of(a.url)]
+        assert len(silent.requests) == 2
+        health = httpx.get(a.url + "/healthz").json()
+        assert health["federation"] == {"peers": 1, "skipped": 1}
+        assert silent.url not in str(health)  # counts only
+        events = [
+            orjson.loads(line) for line in (a.data_dir / "audit.jsonl").read_bytes().splitlines()
+        ]
+        (skipped,) = [e for e in events if e["event"] == "federation_peer_skipped"]
+        assert skipped["peer"] == silent.url and skipped["skip_seconds"] == 60.0
