@@ -22,12 +22,13 @@ def _add_identity(p: argparse.ArgumentParser, scope: str) -> None:
     p.add_argument(
         "--server",
         default=os.environ.get("ANS_SERVER", DEFAULT_SERVER),
-        help=f"ANS base URL (default {DEFAULT_SERVER}; env ANS_SERVER)",
+        help=f"ANS base URL (default {DEFAULT_SERVER}; env ANS_SERVER); "
+        "agtp[+cleartext]://HOST:PORT speaks the native framing to a --native-listen",
     )
     p.add_argument("--agent-id", default="agtp://localhost/agents/ans-cli", help="Agent-ID header")
     p.add_argument("--principal-id", default=None, help="Principal-ID header (default: $USER)")
     p.add_argument("--scope", default=scope, help=f"Authority-Scope header (default {scope!r})")
-    p.add_argument("--cacert", default=None, help="CA bundle for https servers")
+    p.add_argument("--cacert", default=None, help="CA bundle for https and agtp servers")
     p.add_argument("--timeout", type=float, default=10.0)
 
 
@@ -264,10 +265,30 @@ def cmd_import(args: argparse.Namespace) -> int:
 # -- discover / activate ----------------------------------------------------------------
 
 
-def _client(args: argparse.Namespace) -> Any:
-    from .client import AgtpClient
+def _ask(
+    args: argparse.Namespace, method: str, params: dict[str, Any], *, keys: bool = False
+) -> tuple[Any, dict[str, Any] | None] | None:
+    """(response, the server's JWKS when ``keys`` and the call succeeded), or
+    None after printing why the server could not be asked."""
+    import httpx
 
-    return AgtpClient(
+    try:
+        with _client(args) as client:
+            resp = client.call(method, params, task_id=f"task-cli-{method.lower()}")
+            jwks = client.jwks() if keys and resp.status == 200 else None
+    except (ValueError, httpx.InvalidURL) as exc:
+        print(f"ans: --server {args.server}: {exc}", file=sys.stderr)
+        return None
+    except (httpx.HTTPError, OSError) as exc:  # OSError: the native client
+        print(f"ans: cannot reach {args.server}: {exc}", file=sys.stderr)
+        return None
+    return resp, jwks
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from .client import connect
+
+    return connect(
         args.server,
         agent_id=args.agent_id,
         principal_id=args.principal_id or getpass.getuser() or "cli-user",
@@ -284,8 +305,6 @@ def _print_error(resp: Any) -> int:
 
 
 def cmd_discover(args: argparse.Namespace) -> int:
-    import httpx
-
     from ans.governance.keys import KeyError_
     from ans.protocol.errors import AgtpError
 
@@ -307,15 +326,12 @@ def cmd_discover(args: argparse.Namespace) -> int:
         params["capability_domains"] = [d.strip() for d in args.domains.split(",") if d.strip()]
     if args.scope_negotiate:
         params["scope_negotiate"] = True
-    try:
-        with _client(args) as client:
-            resp = client.discover(params, task_id="task-cli-discover")
-            if resp.status != 200:
-                return _print_error(resp)
-            jwks = client.jwks()
-    except httpx.HTTPError as exc:
-        print(f"ans: cannot reach {args.server}: {exc}", file=sys.stderr)
+    asked = _ask(args, "DISCOVER", params, keys=True)
+    if asked is None:
         return 2
+    resp, jwks = asked
+    if resp.status != 200 or jwks is None:
+        return _print_error(resp)
     result = resp.result
     if args.json:
         print(json.dumps(resp.body, indent=2, ensure_ascii=False))
@@ -384,8 +400,6 @@ def _read_json(path: Path) -> Any:
 
 
 def cmd_activate(args: argparse.Namespace) -> int:
-    import httpx
-
     doc = _read_json(args.manifest)
     if isinstance(doc, dict) and "manifest" in doc:
         params = {"manifest": doc["manifest"], "capabilities": doc.get("capabilities", {})}
@@ -393,12 +407,10 @@ def cmd_activate(args: argparse.Namespace) -> int:
         params = {"manifest": doc, "capabilities": {}}
     if args.capabilities:
         params["capabilities"] = _read_json(args.capabilities)
-    try:
-        with _client(args) as client:
-            resp = client.call("ACTIVATE", params, task_id="task-cli-activate")
-    except httpx.HTTPError as exc:
-        print(f"ans: cannot reach {args.server}: {exc}", file=sys.stderr)
+    asked = _ask(args, "ACTIVATE", params)
+    if asked is None:
         return 2
+    resp = asked[0]
     if resp.status != 200:
         return _print_error(resp)
     print(json.dumps(resp.result, indent=2))
@@ -408,8 +420,6 @@ def cmd_activate(args: argparse.Namespace) -> int:
 def cmd_lifecycle(args: argparse.Namespace) -> int:
     import uuid
     from datetime import UTC, datetime
-
-    import httpx
 
     from ans.governance.keys import SigningKey
     from ans.governance.lifecycle import make_event
@@ -429,12 +439,10 @@ def cmd_lifecycle(args: argparse.Namespace) -> int:
     except AgtpError as exc:
         print(f"ans: {exc.message}", file=sys.stderr)
         return 2
-    try:
-        with _client(args) as client:
-            resp = client.call("LIFECYCLE", {"event": event}, task_id="task-cli-lifecycle")
-    except httpx.HTTPError as exc:
-        print(f"ans: cannot reach {args.server}: {exc}", file=sys.stderr)
+    asked = _ask(args, "LIFECYCLE", {"event": event})
+    if asked is None:
         return 2
+    resp = asked[0]
     if resp.status != 200:
         return _print_error(resp)
     print(json.dumps(resp.result, indent=2))

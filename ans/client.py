@@ -1,12 +1,17 @@
-"""A small AGTP-over-HTTP/2 client (httpx) used by the CLI and the tests.
+"""Small synchronous AGTP clients used by the CLI and the tests.
 
-``http://`` URLs use h2c with prior knowledge; ``https://`` negotiates h2
-through ALPN. :func:`verify_discover_result` checks an ``ans_signature``
-against a JWKS and the ``query_digest`` against the parameters sent.
+:class:`AgtpClient` speaks the HTTP/2 binding (httpx): ``http://`` URLs use
+h2c with prior knowledge; ``https://`` negotiates h2 through ALPN.
+:class:`NativeAgtpClient` speaks the native AGTP/1.0 framing to a server's
+``--native-listen`` (``agtp://`` TLS 1.3, ``agtp+cleartext://`` TCP);
+:func:`connect` picks one by URL. :func:`verify_discover_result` checks an
+``ans_signature`` against a JWKS and the ``query_digest`` against the
+parameters sent.
 """
 
 from __future__ import annotations
 
+import socket
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -15,10 +20,19 @@ from typing import Any
 import httpx
 import orjson
 
+from ans.federation.keys import manifest_jwks
+from ans.federation.native_transport import native_origin
+from ans.federation.peers import is_native
+from ans.federation.transport import PeerError
 from ans.governance.keys import TrustedKeys
 from ans.governance.signing import RESULT_SIGNATURE_FIELD, verify_document
 from ans.protocol.errors import AgtpError
 from ans.protocol.messages import AGTP_VERSION, CONTENT_TYPE, query_digest
+from ans.protocol.native import NativeResponse, NativeResponseParser, encode_request
+
+# The largest answer a native client reads (a DISCOVER answer is bounded by
+# the server's limit; this bounds a misbehaving server).
+MAX_NATIVE_ANSWER = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,16 +105,7 @@ class AgtpClient:
             **self.identity,
         }
         resp = self._http.request(method, path, content=body, headers=headers)
-        try:
-            doc = orjson.loads(resp.content)
-        except orjson.JSONDecodeError:
-            doc = {
-                "status": resp.status_code,
-                "error": {"code": "not_agtp", "message": resp.text[:200]},
-            }
-        return AgtpResponse(
-            resp.status_code, dict(resp.headers), doc if isinstance(doc, dict) else {}
-        )
+        return _response(resp.status_code, resp.headers, resp.content)
 
     def discover(self, parameters: Mapping[str, Any], **kw: Any) -> AgtpResponse:
         return self.call("DISCOVER", parameters, **kw)
@@ -110,6 +115,167 @@ class AgtpClient:
         resp.raise_for_status()
         doc: dict[str, Any] = orjson.loads(resp.content)
         return doc
+
+
+def _response(status: int, headers: Mapping[str, str], content: bytes) -> AgtpResponse:
+    try:
+        doc = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        text = content[:200].decode("utf-8", "replace")
+        doc = {"status": status, "error": {"code": "not_agtp", "message": text}}
+    return AgtpResponse(status, dict(headers), doc if isinstance(doc, dict) else {})
+
+
+class NativeAgtpClient:
+    """The calls of :class:`AgtpClient` over the native AGTP/1.0 framing: one
+    kept-alive connection, one request at a time. Connection and framing
+    failures raise OSError (``ConnectionError`` for a server that breaks the
+    framing). A native listener has no JWKS resource, so :meth:`jwks` takes
+    the server's keys from its own signed Agent Manifest (DESCRIBE)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        agent_id: str,
+        principal_id: str,
+        scope: str,
+        timeout: float = 10.0,
+        verify: bool | str = True,
+    ) -> None:
+        try:
+            tls, host, port, _ = native_origin(base_url.rstrip("/"))
+        except PeerError as exc:
+            raise ValueError(exc.message) from None
+        self.base_url = base_url.rstrip("/")
+        self._address = (host, port)
+        self._timeout = timeout
+        self._tls: ssl.SSLContext | None = None
+        if tls:
+            ctx = ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
+            ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+            if verify is False:
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+            self._tls = ctx
+        self.identity = {
+            "agent-id": agent_id,
+            "principal-id": principal_id,
+            "authority-scope": scope,
+        }
+        self._sock: socket.socket | None = None
+
+    def __enter__(self) -> NativeAgtpClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def _connect(self) -> socket.socket:
+        sock = socket.create_connection(self._address, timeout=self._timeout)
+        if self._tls is None:
+            return sock
+        try:
+            return self._tls.wrap_socket(sock, server_hostname=self._address[0])
+        except BaseException:
+            sock.close()
+            raise
+
+    def _exchange(self, sock: socket.socket, request: bytes) -> NativeResponse | None:
+        """Send and read one answer; None when the server closed the connection
+        before any byte of an answer (an idle kept-alive connection it dropped)."""
+        sock.sendall(request)
+        parser = NativeResponseParser(MAX_NATIVE_ANSWER)
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                if parser.buffered:
+                    raise ConnectionError("the server closed the connection mid-answer")
+                return None
+            try:
+                answers = parser.feed(data)
+            except AgtpError as exc:
+                raise ConnectionError(f"bad AGTP framing from the server: {exc.message}") from None
+            if answers:
+                if len(answers) > 1 or parser.buffered:
+                    raise ConnectionError("the server sent more than one answer")
+                return answers[0]
+
+    def call(
+        self,
+        method: str,
+        parameters: Mapping[str, Any],
+        *,
+        task_id: str = "task-cli-1",
+        path: str = "/",
+    ) -> AgtpResponse:
+        body = orjson.dumps({"method": method, "task_id": task_id, "parameters": dict(parameters)})
+        headers = {
+            "agtp-version": AGTP_VERSION,
+            "content-type": CONTENT_TYPE,
+            "task-id": task_id,
+            **self.identity,
+        }
+        try:
+            request = encode_request(method, headers, body)
+        except ValueError as exc:
+            raise ValueError(f"request cannot be framed: {exc}") from None
+        reused = self._sock is not None
+        for _ in range(2):
+            if self._sock is None:
+                self._sock = self._connect()
+            try:
+                answer = self._exchange(self._sock, request)
+            except BaseException:
+                self.close()  # never reuse a connection in an unknown state
+                raise
+            if answer is not None:
+                return _response(answer.status, answer.headers, answer.body)
+            self.close()
+            if not reused:
+                break
+            reused = False  # a dropped idle connection: once more, fresh
+        raise ConnectionError("the server closed the connection without answering")
+
+    def discover(self, parameters: Mapping[str, Any], **kw: Any) -> AgtpResponse:
+        return self.call("DISCOVER", parameters, **kw)
+
+    def jwks(self) -> dict[str, Any]:
+        resp = self.call("DESCRIBE", {}, task_id="task-cli-describe")
+        if resp.status != 200:
+            raise ConnectionError(f"DESCRIBE answered {resp.status}")
+        try:
+            jwks: dict[str, Any] = manifest_jwks(resp.result)
+        except PeerError as exc:
+            raise ConnectionError(f"the server's manifest: {exc.message}") from None
+        return jwks
+
+
+def connect(
+    base_url: str,
+    *,
+    agent_id: str,
+    principal_id: str,
+    scope: str,
+    timeout: float = 10.0,
+    verify: bool | str = True,
+) -> AgtpClient | NativeAgtpClient:
+    """The client for ``base_url``: native framing for ``agtp[+cleartext]://``,
+    the HTTP/2 binding otherwise."""
+    kind = NativeAgtpClient if is_native(base_url) else AgtpClient
+    return kind(
+        base_url,
+        agent_id=agent_id,
+        principal_id=principal_id,
+        scope=scope,
+        timeout=timeout,
+        verify=verify,
+    )
 
 
 def verify_discover_result(

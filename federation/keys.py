@@ -11,12 +11,12 @@ per request; an unknown ``kid`` in a peer answer may force one refetch
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from ans.governance.keys import KeyError_, TrustedKeys, public_key_from_jwk
+from ans.governance.keys import KeyError_, TrustedKeys
 from ans.governance.signing import verify_document
 from ans.protocol import jsonstrict
 from ans.protocol.errors import AgtpError
@@ -100,21 +100,28 @@ class PeerKeyCache:
         doc = _json(reply.body)
         if reply.status != 200 or not isinstance(doc.get("result"), dict):
             raise PeerError(f"DESCRIBE answered {reply.status}")
-        manifest: dict[str, Any] = doc["result"]
-        if isinstance(manifest.get("jwks"), dict):
-            keys = _keys_from(manifest["jwks"], "manifest jwks")
-        elif isinstance(manifest.get("public_key"), dict):
-            try:
-                keys = TrustedKeys([public_key_from_jwk(manifest["public_key"])])
-            except KeyError_ as exc:
-                raise PeerError(f"manifest public_key: {exc}") from None
-        else:
-            raise PeerError("the peer's manifest carries no jwks or public_key")
-        try:
-            verify_document(manifest, keys, "signature")
-        except AgtpError as exc:
-            raise PeerError(f"the peer's manifest is not signed by its own key: {exc}") from None
-        return keys
+        return _keys_from(manifest_jwks(doc["result"]), "manifest jwks")
+
+
+def manifest_jwks(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The JWKS an ANS publishes in its own Agent Manifest (``jwks``, or a
+    single ``public_key``), once the manifest is shown to be signed by it.
+    PeerError otherwise."""
+    if isinstance(manifest.get("jwks"), dict):
+        jwks: dict[str, Any] = manifest["jwks"]
+    elif isinstance(manifest.get("public_key"), dict):
+        jwks = {"keys": [manifest["public_key"]]}
+    else:
+        raise PeerError("the manifest carries no jwks or public_key")
+    try:
+        public = TrustedKeys.from_jwks(jwks)
+    except KeyError_ as exc:
+        raise PeerError(f"manifest key: {exc}") from None
+    try:
+        verify_document(manifest, public, "signature")
+    except AgtpError as exc:
+        raise PeerError(f"the manifest is not signed by its own key: {exc}") from None
+    return jwks
 
 
 def _json(body: bytes) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import asyncio
 import json
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +31,8 @@ from ans.protocol.native import (
 )
 
 from ans.app import AnsApp
-from ans.client import AgtpClient, verify_discover_result
+from ans.cli import main
+from ans.client import AgtpClient, NativeAgtpClient, connect, verify_discover_result
 from ans.config import Config
 from ans.launcher import RunningServer, start_server, stop_server
 from ans.native_server import NativeListener
@@ -320,6 +322,10 @@ def test_tls_listener(server_factory: Any, tmp_path: Path, tls_cert: tuple[Path,
     old.maximum_version = ssl.TLSVersion.TLSv1_2
     with pytest.raises(ssl.SSLError):
         NativeClient(srv.native_url, tls=old)
+    with native_client(srv.native_url, verify=str(cert)) as verified:
+        assert verified.call("DESCRIBE", {}).status == 200
+    with native_client(srv.native_url) as unknown_ca, pytest.raises(ssl.SSLError):
+        unknown_ca.call("DESCRIBE", {})  # the system store does not know the test CA
 
     async def through_the_transport() -> int:
         t = NativePeerTransport(1024 * 1024)
@@ -333,6 +339,126 @@ def test_tls_listener(server_factory: Any, tmp_path: Path, tls_cert: tuple[Path,
             await t.aclose()
 
     assert asyncio.run(through_the_transport()) == 200
+
+
+# -- the native client: ans.client.NativeAgtpClient and the CLI over agtp URLs ------------
+
+
+def native_client(url: str, **kw: Any) -> NativeAgtpClient:
+    client = connect(
+        url, agent_id=IDENTITY["agent-id"], principal_id="usr-1", scope="discovery:query", **kw
+    )
+    assert isinstance(client, NativeAgtpClient)
+    return client
+
+
+def test_cli_discover_over_the_native_framing(
+    demo: RunningServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert demo.native_url is not None
+    intent = "book a flight to Lisbon for next Tuesday"
+    assert main(["discover", intent, "--limit", "4", "--server", demo.native_url, "--json"]) == 0
+    out = capsys.readouterr().out
+    with h2_client(demo.url) as c:
+        kid = c.jwks()["keys"][0]["kid"]
+        over_h2 = c.discover({"intent": intent, "limit": 4}).result
+    assert out.rstrip().endswith(f"signature: verified (ES256, kid {kid}, query_digest matches)")
+    body = json.loads(out[: out.rindex("signature:")])
+    ids = [r["canonical_id"] for r in body["result"]["results"]]
+    assert len(ids) == 4 and ids == [r["canonical_id"] for r in over_h2["results"]]
+    # A typed AGTP error comes back as such, not as a transport failure.
+    assert main(["discover", "x", "--domains", "nope", "--server", demo.native_url]) == 2
+    assert "422 invalid_capability_domains" in capsys.readouterr().err
+
+
+def test_native_client_keys_are_the_servers_jwks(demo: RunningServer) -> None:
+    assert demo.native_url is not None
+    with native_client(demo.native_url) as nc, h2_client(demo.url) as c:
+        assert nc.jwks() == c.jwks()  # from its signed manifest, over the same connection
+
+
+def test_cli_cannot_reach_or_cannot_use_a_native_url(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"agtp+cleartext://127.0.0.1:{s.getsockname()[1]}"
+    assert main(["discover", "x", "--server", dead]) == 2
+    assert f"cannot reach {dead}" in capsys.readouterr().err
+    assert main(["discover", "x", "--server", "agtp+cleartext://"]) == 2
+    assert "--server agtp+cleartext://: not a native AGTP URL" in capsys.readouterr().err
+
+
+def test_native_client_reconnects_once_after_an_idle_close(
+    server_factory: Any, tmp_path: Path
+) -> None:
+    (tmp_path / "ans.toml").write_text("[server]\nkeep_alive_timeout = 1\n")
+    srv = server_factory(
+        tmp_path, "--native-listen", "127.0.0.1:0", "--config", str(tmp_path / "ans.toml")
+    )
+    with native_client(srv.native_url, timeout=5) as nc:
+        assert nc.call("DESCRIBE", {}).status == 200
+        first = nc._sock
+        time.sleep(1.6)  # the listener closes the idle connection after 1 s
+        assert nc.call("DESCRIBE", {}).status == 200  # on a fresh connection
+        assert nc._sock is not first
+
+
+class OneShotServer:
+    """Accepts connections on 127.0.0.1, reads a request, answers ``reply``
+    (raw bytes) and closes; every wait bounded."""
+
+    def __init__(self, reply: bytes) -> None:
+        self.reply = reply
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(4)
+        self.sock.settimeout(5)
+        self.url = f"agtp+cleartext://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.accepted = 0
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        for _ in range(2):
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            with conn:
+                conn.settimeout(5)
+                try:
+                    conn.recv(65536)
+                    conn.sendall(self.reply)
+                except OSError:
+                    return
+
+    def __enter__(self) -> OneShotServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()
+        self.thread.join(timeout=10)
+
+
+@pytest.mark.parametrize(
+    ("reply", "message"),
+    [
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", "bad AGTP framing"),
+        (b"AGTP/1.0 200 OK\r\nContent-Length: 50\r\n\r\n{}", "closed the connection mid-answer"),
+        (b"", "closed the connection without answering"),
+        (
+            b"AGTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+            b"AGTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}",
+            "more than one answer",
+        ),
+    ],
+)
+def test_native_client_refuses_a_server_that_breaks_the_framing(reply: bytes, message: str) -> None:
+    with OneShotServer(reply) as server, native_client(server.url, timeout=5) as nc:
+        with pytest.raises(ConnectionError, match=message):
+            nc.call("DESCRIBE", {})
+        assert nc._sock is None  # never reused
+    assert server.accepted == 1  # a fresh connection is not retried
 
 
 # -- the listener's bounds, in process (timeouts too short to set from the CLI) -----------
