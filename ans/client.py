@@ -15,7 +15,7 @@ import socket
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import httpx
 import orjson
@@ -51,7 +51,57 @@ class AgtpResponse:
         return err if isinstance(err, dict) else None
 
 
-class AgtpClient:
+class _Client:
+    """What both clients share: the caller's identity, the request envelope,
+    ``with`` support. Subclasses send (:meth:`call`) and fetch keys (:meth:`jwks`)."""
+
+    def __init__(self, base_url: str, agent_id: str, principal_id: str, scope: str) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.identity = {
+            "agent-id": agent_id,
+            "principal-id": principal_id,
+            "authority-scope": scope,
+        }
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def call(
+        self,
+        method: str,
+        parameters: Mapping[str, Any],
+        *,
+        task_id: str = "task-cli-1",
+        path: str = "/",
+    ) -> AgtpResponse:
+        raise NotImplementedError
+
+    def jwks(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def discover(self, parameters: Mapping[str, Any], **kw: Any) -> AgtpResponse:
+        return self.call("DISCOVER", parameters, **kw)
+
+    def _envelope(
+        self, method: str, parameters: Mapping[str, Any], task_id: str
+    ) -> tuple[dict[str, str], bytes]:
+        body = orjson.dumps({"method": method, "task_id": task_id, "parameters": dict(parameters)})
+        headers = {
+            "agtp-version": AGTP_VERSION,
+            "content-type": CONTENT_TYPE,
+            "task-id": task_id,
+            **self.identity,
+        }
+        return headers, body
+
+
+class AgtpClient(_Client):
     def __init__(
         self,
         base_url: str,
@@ -62,12 +112,7 @@ class AgtpClient:
         timeout: float = 10.0,
         verify: bool | str = True,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.identity = {
-            "agent-id": agent_id,
-            "principal-id": principal_id,
-            "authority-scope": scope,
-        }
+        super().__init__(base_url, agent_id, principal_id, scope)
         prior_knowledge = self.base_url.startswith("http://")
         tls: bool | ssl.SSLContext = (
             ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify
@@ -83,12 +128,6 @@ class AgtpClient:
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> AgtpClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def call(
         self,
         method: str,
@@ -97,18 +136,9 @@ class AgtpClient:
         task_id: str = "task-cli-1",
         path: str = "/",
     ) -> AgtpResponse:
-        body = orjson.dumps({"method": method, "task_id": task_id, "parameters": dict(parameters)})
-        headers = {
-            "agtp-version": AGTP_VERSION,
-            "content-type": CONTENT_TYPE,
-            "task-id": task_id,
-            **self.identity,
-        }
+        headers, body = self._envelope(method, parameters, task_id)
         resp = self._http.request(method, path, content=body, headers=headers)
         return _response(resp.status_code, resp.headers, resp.content)
-
-    def discover(self, parameters: Mapping[str, Any], **kw: Any) -> AgtpResponse:
-        return self.call("DISCOVER", parameters, **kw)
 
     def jwks(self) -> dict[str, Any]:
         resp = self._http.get("/.well-known/jwks.json")
@@ -126,7 +156,7 @@ def _response(status: int, headers: Mapping[str, str], content: bytes) -> AgtpRe
     return AgtpResponse(status, dict(headers), doc if isinstance(doc, dict) else {})
 
 
-class NativeAgtpClient:
+class NativeAgtpClient(_Client):
     """The calls of :class:`AgtpClient` over the native AGTP/1.0 framing: one
     kept-alive connection, one request at a time. Connection and framing
     failures raise OSError (``ConnectionError`` for a server that breaks the
@@ -143,11 +173,11 @@ class NativeAgtpClient:
         timeout: float = 10.0,
         verify: bool | str = True,
     ) -> None:
+        super().__init__(base_url, agent_id, principal_id, scope)
         try:
-            tls, host, port, _ = native_origin(base_url.rstrip("/"))
+            tls, host, port, _ = native_origin(self.base_url)
         except PeerError as exc:
             raise ValueError(exc.message) from None
-        self.base_url = base_url.rstrip("/")
         self._address = (host, port)
         self._timeout = timeout
         self._tls: ssl.SSLContext | None = None
@@ -158,18 +188,7 @@ class NativeAgtpClient:
                 ctx.check_hostname = False
                 ctx.verify_mode = ssl.CERT_NONE
             self._tls = ctx
-        self.identity = {
-            "agent-id": agent_id,
-            "principal-id": principal_id,
-            "authority-scope": scope,
-        }
         self._sock: socket.socket | None = None
-
-    def __enter__(self) -> NativeAgtpClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def close(self) -> None:
         if self._sock is not None:
@@ -214,13 +233,7 @@ class NativeAgtpClient:
         task_id: str = "task-cli-1",
         path: str = "/",
     ) -> AgtpResponse:
-        body = orjson.dumps({"method": method, "task_id": task_id, "parameters": dict(parameters)})
-        headers = {
-            "agtp-version": AGTP_VERSION,
-            "content-type": CONTENT_TYPE,
-            "task-id": task_id,
-            **self.identity,
-        }
+        headers, body = self._envelope(method, parameters, task_id)
         try:
             request = encode_request(method, headers, body)
         except ValueError as exc:
@@ -241,9 +254,6 @@ class NativeAgtpClient:
                 break
             reused = False  # a dropped idle connection: once more, fresh
         raise ConnectionError("the server closed the connection without answering")
-
-    def discover(self, parameters: Mapping[str, Any], **kw: Any) -> AgtpResponse:
-        return self.call("DISCOVER", parameters, **kw)
 
     def jwks(self) -> dict[str, Any]:
         resp = self.call("DESCRIBE", {}, task_id="task-cli-describe")

@@ -285,13 +285,18 @@ def test_451_without_discovery_query_is_audited(demo: RunningServer) -> None:
     assert rec["scope_required"] == "discovery:query"
 
 
+def idle_after_one_second(server_factory: Any, tmp_path: Path) -> Any:
+    """A server whose native listener closes connections idle for 1 s."""
+    (tmp_path / "ans.toml").write_text("[server]\nkeep_alive_timeout = 1\n")
+    return server_factory(
+        tmp_path, "--native-listen", "127.0.0.1:0", "--config", str(tmp_path / "ans.toml")
+    )
+
+
 def test_idle_connection_closed_after_keep_alive_timeout(
     server_factory: Any, tmp_path: Path
 ) -> None:
-    (tmp_path / "ans.toml").write_text("[server]\nkeep_alive_timeout = 1\n")
-    srv = server_factory(
-        tmp_path, "--native-listen", "127.0.0.1:0", "--config", str(tmp_path / "ans.toml")
-    )
+    srv = idle_after_one_second(server_factory, tmp_path)
     with (
         NativeClient(srv.native_url, timeout=5) as idle,
         NativeClient(srv.native_url, timeout=5) as busy,
@@ -390,10 +395,7 @@ def test_cli_cannot_reach_or_cannot_use_a_native_url(capsys: pytest.CaptureFixtu
 def test_native_client_reconnects_once_after_an_idle_close(
     server_factory: Any, tmp_path: Path
 ) -> None:
-    (tmp_path / "ans.toml").write_text("[server]\nkeep_alive_timeout = 1\n")
-    srv = server_factory(
-        tmp_path, "--native-listen", "127.0.0.1:0", "--config", str(tmp_path / "ans.toml")
-    )
+    srv = idle_after_one_second(server_factory, tmp_path)
     with native_client(srv.native_url, timeout=5) as nc:
         assert nc.call("DESCRIBE", {}).status == 200
         first = nc._sock
