@@ -407,10 +407,16 @@ class AnsService:
             # (the answers wait in the socket buffers). A worker thread would
             # race the event loop for the GIL and delay the sending.
             dispatched = Dispatched()
-            pending = asyncio.ensure_future(fed.gather(req, early, dispatched))
-            await dispatched.wait(DISPATCH_WAIT)
-            local = self._local(req)
-            return self._finish(req, local, await pending)
+            fanout = fed.start(req, early, dispatched)
+            try:
+                await asyncio.sleep(0)  # one loop iteration: each peer task sends
+                if not dispatched.done:  # a first connection or key fetch under way
+                    await dispatched.wait(DISPATCH_WAIT)
+                local = self._local(req)
+            except BaseException:  # cancelled, or the local match refused the query
+                fed.cancel(fanout)
+                raise
+            return self._finish(req, local, await fed.collect(fanout))
         local = self._local(req)
         plan = fed.plan(req, local.total)
         if not plan.peers and not plan.skipped:

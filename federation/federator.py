@@ -103,6 +103,10 @@ class Dispatched:
         if self._left <= 0:
             self._event.set()
 
+    @property
+    def done(self) -> bool:
+        return self._event.is_set()
+
     async def wait(self, timeout: float) -> bool:
         """True when every request went out within ``timeout`` seconds."""
         try:
@@ -131,6 +135,17 @@ class _SentOnce:
 class Gathered:
     candidates: list[Candidate] = field(default_factory=list)
     warnings: list[dict[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class Fanout:
+    """Peer requests under way (:meth:`Federator.start`), to be collected."""
+
+    req: DiscoverRequest
+    plan: Plan
+    out: Gathered
+    tasks: dict[asyncio.Task[tuple[VerifiedAnswer, float]], Peer]
+    started: float  # loop time
 
 
 class Federator:
@@ -207,25 +222,24 @@ class Federator:
     async def gather(
         self, req: DiscoverRequest, plan: Plan, dispatched: Dispatched | None = None
     ) -> Gathered:
-        """Ask the plan's peers; ``dispatched``, when given, is set once every
-        peer's request has been handed to the transport (or has failed before)."""
+        """Ask the plan's peers and bring back what they answered."""
+        return await self.collect(self.start(req, plan, dispatched))
+
+    def start(
+        self, req: DiscoverRequest, plan: Plan, dispatched: Dispatched | None = None
+    ) -> Fanout:
+        """Create one task per peer, now (they send at their first step, in the
+        next event-loop iteration); ``dispatched``, when given, is set once every
+        peer's request has been handed to the transport (or has failed before).
+        Then :meth:`collect` -- or :meth:`cancel` if the caller gives up first."""
         out = Gathered()
         if dispatched is not None:
             dispatched.expect(len(plan.peers))
         for peer, skip in plan.skipped:
             self._skipped(out, req, peer, skip)
+        loop = asyncio.get_running_loop()
         if not plan.peers:
-            return out
-        try:
-            return await self._gather(req, plan, out, dispatched)
-        finally:
-            for url in plan.probes:  # a probe cut short (cancelled) decides nothing
-                if self.health.probing(url):
-                    self.health.release(url)
-
-    async def _gather(
-        self, req: DiscoverRequest, plan: Plan, out: Gathered, dispatched: Dispatched | None
-    ) -> Gathered:
+            return Fanout(req, plan, out, {}, loop.time())
         body = orjson.dumps(
             {"method": "DISCOVER", "task_id": req.task_id, "parameters": req.raw_parameters}
             if req.task_id is not None
@@ -241,10 +255,41 @@ class Federator:
             max_clock_skew=self.settings.max_clock_skew,
         )
         tasks = {
-            asyncio.ensure_future(self._ask(i, peer, req, plan, body, expect, dispatched)): peer
+            asyncio.create_task(self._ask(i, peer, req, plan, body, expect, dispatched)): peer
             for i, peer in plan.peers
         }
-        done, pending = await asyncio.wait(tasks, timeout=plan.deadline)
+        return Fanout(req, plan, out, tasks, loop.time())
+
+    def cancel(self, fanout: Fanout) -> None:
+        """Stop the fan-out's requests; a probe among them decides nothing."""
+        for task in fanout.tasks:
+            task.cancel()
+        self._release_probes(fanout.plan)
+
+    def _release_probes(self, plan: Plan) -> None:
+        for url in plan.probes:
+            if self.health.probing(url):
+                self.health.release(url)
+
+    async def collect(self, fanout: Fanout) -> Gathered:
+        """Wait (up to the plan's deadline, counted from :meth:`start`) for the
+        peers' answers; verified candidates and warnings, audited."""
+        if not fanout.tasks:
+            return fanout.out
+        try:
+            return await self._collect(fanout)
+        finally:
+            self._release_probes(fanout.plan)  # a probe cut short decides nothing
+
+    async def _collect(self, fanout: Fanout) -> Gathered:
+        req, plan, out, tasks = fanout.req, fanout.plan, fanout.out, fanout.tasks
+        left = plan.deadline - (asyncio.get_running_loop().time() - fanout.started)
+        try:
+            done, pending = await asyncio.wait(tasks, timeout=max(left, 0.0))
+        except BaseException:
+            for task in tasks:  # the caller went away: so do its peer requests
+                task.cancel()
+            raise
         for task in pending:
             task.cancel()
         for task in pending:

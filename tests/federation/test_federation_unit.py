@@ -56,6 +56,7 @@ class FakePeer:
         self.jwks_status = 200
         self.discovers: list[dict[str, str]] = []
         self.jwks_fetches = 0
+        self.cancelled = 0  # DISCOVERs abandoned by the asking side while in flight
 
     async def handle(
         self, method: str, path: str, headers: dict[str, str], body: bytes
@@ -68,7 +69,11 @@ class FakePeer:
             return PeerReply(200, orjson.dumps(doc))
         self.discovers.append(headers)
         if self.delay:
-            await asyncio.sleep(self.delay)
+            try:
+                await asyncio.sleep(self.delay)
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
         try:
             req = parse_discover(headers, body, self.svc.limits)
             if self.relax is not None:  # a peer that ignores what it was asked
@@ -407,6 +412,27 @@ def test_slow_peer_times_out_and_local_results_survive(world: World) -> None:
     assert fwd["outcome"] == "peer_timeout" and fwd["peer"] == "http://b"
     (drop,) = audit_events(a, "federation_drop")
     assert drop["code"] == "peer_timeout"
+
+
+def test_a_caller_that_goes_away_takes_its_peer_requests_with_it(world: World) -> None:
+    b = world.ans("b", solidity("slow-auditor"))
+    fake = world.serve("http://b", b)
+    fake.delay = 5.0
+    a = world.ans("a", solidity("local-auditor"), peers=(Peer("http://b", 2),))
+
+    async def go_away() -> None:
+        asked = asyncio.ensure_future(a.discover_async(discover_request(a, limit=5)))
+        await asyncio.sleep(0.05)  # b has the request and is working on it
+        assert len(fake.discovers) == 1 and fake.cancelled == 0
+        asked.cancel()  # e.g. the client closed its stream
+        await asyncio.gather(asked, return_exceptions=True)
+        await asyncio.sleep(0.05)  # well inside b's 0.5 s timeout
+        # The forwarded request was abandoned, not left running until it times out
+        # (checked before asyncio.run cancels whatever is left at its end).
+        assert fake.cancelled == 1
+
+    asyncio.run(go_away())
+    assert audit_events(a, "federation_forward") == []
 
 
 def test_overall_deadline_bounds_the_fan_out(world: World) -> None:
