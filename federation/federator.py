@@ -2,13 +2,15 @@
 
 :meth:`Federator.plan` decides whether and to whom to forward (fewer than
 ``limit`` local results, hop budget left, not already on the path, peer
-tier and zones eligible). :meth:`Federator.gather` asks every eligible peer
-concurrently — per-peer timeout, one overall deadline — and returns the
-verified candidates plus one warning per peer that failed, misbehaved or was
-skipped (:mod:`.health`: a peer that keeps timing out or refusing
-connections is left out for a while, then probed). Every forward and every
-drop is an audit record, and so is every peer being skipped or restored. :func:`merge` de-duplicates
-(local wins), re-ranks with the caller's formula and cuts to ``limit``.
+tier and zones eligible, not being skipped). :meth:`Federator.start` asks
+every peer of the plan concurrently and :meth:`Federator.collect` waits for
+them -- per-peer timeout, one overall deadline -- returning the verified
+candidates plus one warning per peer that failed, misbehaved or was skipped
+(:mod:`.health`: a peer that keeps timing out or refusing connections is
+left out for a while, then probed); :meth:`Federator.gather` is both in one.
+Every forward and every drop is an audit record, and so is every peer being
+skipped or restored. :func:`merge` de-duplicates (local wins), re-ranks with
+the caller's formula and cuts to ``limit``.
 """
 
 from __future__ import annotations
