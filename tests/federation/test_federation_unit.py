@@ -7,6 +7,7 @@ loops and hop limits; merge, dedupe, provenance and the audit trail."""
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -15,7 +16,7 @@ from typing import Any
 
 import orjson
 import pytest
-from ans.federation.federator import Federator
+from ans.federation.federator import WARNING_CODES, Federator
 from ans.federation.peers import FederationSettings, Peer
 from ans.federation.transport import PeerReply, PeerTimeout, PeerUnreachable
 from ans.governance.audit import AuditLog, verify_chain
@@ -788,6 +789,109 @@ def test_over_limit_and_malformed_entries(world: World) -> None:
         ("peer_over_limit", "http://b"),
     ]
     assert sorted(labels(got)) == ["one-auditor", "two-auditor"]
+
+
+JUNK: tuple[Any, ...] = (
+    None,
+    True,
+    0,
+    3,
+    -1,
+    0.5,
+    1e-07,
+    "",
+    "x" * 600,
+    "é",
+    [],
+    {},
+    [1, [2, {"a": None}]],
+    {"é": 1.5},
+    {"origin_service": "nope", "route": [1], "origin_signature": "s"},
+)
+ENTRY_FIELDS = (
+    "canonical_id",
+    "agent_label",
+    "manifest_uri",
+    "org_domain",
+    "governance_zone",
+    "trust_tier",
+    "behavioral_trust_score",
+    "capability_match_score",
+    "provenance",
+    "rank",
+    "rank_score",
+    "routing_reason",
+)
+
+
+def scramble(result: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    """One to three random, structurally hostile edits of a peer's result."""
+    entries = result["results"]
+    for _ in range(rng.randint(1, 3)):
+        kind = rng.randrange(8)
+        victim = rng.choice(entries) if entries else {}
+        if kind == 0 and isinstance(victim, dict):
+            victim[rng.choice(ENTRY_FIELDS)] = rng.choice(JUNK)
+        elif kind == 1 and isinstance(victim, dict) and victim:
+            del victim[rng.choice(sorted(victim))]
+        elif kind == 2 and entries:
+            entries.append(dict(rng.choice(entries)))  # the same agent twice
+        elif kind == 3 and isinstance(victim, dict):
+            victim.update({f"extra_{i}": rng.choice(JUNK) for i in range(rng.choice((3, 70)))})
+        elif kind == 4 and entries:
+            entries[rng.randrange(len(entries))] = rng.choice(JUNK)
+        elif kind == 5:
+            result[rng.choice(("federation_path", "warnings", "total_matches"))] = rng.choice(JUNK)
+        elif kind == 6 and isinstance(victim, dict):  # numbers out of their ranges
+            name = rng.choice(("trust_tier", "behavioral_trust_score", "capability_match_score"))
+            victim[name] = rng.choice((-1, -0.5, 0, 1.5, 4, 7, 1e300))
+        else:
+            choice = rng.choice(([], entries * 2, entries[:1], "results", None))
+            result["results"] = choice
+            if not isinstance(choice, list):
+                break
+            entries = choice
+    return result
+
+
+def test_signed_but_hostile_peer_answers_never_break_the_merge(world: World) -> None:
+    """A peer holding a valid key can sign anything. Seeded random edits of its
+    answers, re-signed, must always give a signed answer whose every entry is
+    well formed, with the peer's problems as warnings -- never an exception."""
+    b = world.ans("b", {**solidity("one-auditor"), **solidity("two-auditor")})
+    rng = random.Random(20261124)
+
+    def hostile(result: dict[str, Any], peer: FakePeer) -> dict[str, Any]:
+        return sign_document(scramble(result, rng), peer.svc.key, "ans_signature")
+
+    world.serve("http://b", b).mutate = hostile
+    a = world.ans("a", solidity("local-auditor"), peers=(Peer("http://b", 2),))
+    seen_codes: set[str] = set()
+    accepted = 0
+    for _ in range(150):
+        got = ask(a, limit=4)
+        assert_signed_by(got, a)
+        assert got["federation_path"][0] == a.key.kid
+        assert got["returned"] == len(got["results"]) <= 4
+        ids = [r["canonical_id"] for r in got["results"]]
+        assert len(ids) == len(set(ids))
+        for rank, r in enumerate(got["results"], start=1):
+            assert r["rank"] == rank and r["trust_tier"] in (1, 2, 3)
+            for name in ("behavioral_trust_score", "capability_match_score", "rank_score"):
+                assert isinstance(r[name], float | int) and 0.0 <= r[name] <= 1.0
+            if "provenance" not in r:
+                assert r["agent_label"] == "local-auditor"
+                continue
+            accepted += 1
+            assert r["trust_tier"] >= 2  # never better than the tier granted to b
+            assert r["provenance"]["peer"]["ans_id"] == b.key.kid
+            assert r["provenance"]["route"] == [b.key.kid]
+        for w in got["warnings"]:
+            assert w["code"] in WARNING_CODES and w["peer"] == "http://b"
+            seen_codes.add(w["code"])
+    # The edits did reach the checks (and some answers still got through).
+    assert {"peer_entry_invalid", "peer_bad_response"} <= seen_codes
+    assert accepted > 0
 
 
 # -- merge -----------------------------------------------------------------------------------
