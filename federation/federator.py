@@ -84,6 +84,10 @@ class Plan:
     path: tuple[str, ...]  # the path we send: the incoming one plus us
     skipped: tuple[tuple[Peer, Skip], ...] = ()  # eligible, but left out for now
     probes: frozenset[str] = frozenset()  # URLs of peers asked to end a skip period
+    # The caller's AGTP-Federation-Budget-Ms cut the deadline short: a peer
+    # timing out then says nothing about the peer (and must not let a caller
+    # get a peer skipped for everyone by sending tiny budgets).
+    budget_limited: bool = False
 
 
 class Dispatched:
@@ -218,7 +222,8 @@ class Federator:
         if not asked and not skipped:
             return stay
         path = (*incoming, self.self_id)
-        return Plan(tuple(asked), deadline, path, tuple(skipped), frozenset(probes))
+        limited = deadline < s.deadline
+        return Plan(tuple(asked), deadline, path, tuple(skipped), frozenset(probes), limited)
 
     # -- asking ------------------------------------------------------------------------
     async def gather(
@@ -407,7 +412,7 @@ class Federator:
         if isinstance(exc, PeerKeyUnavailable):
             code = "peer_key_unavailable"
         if plan is not None:
-            self._health(req, peer, exc.code, code, probe=peer.url in plan.probes)
+            self._health(req, peer, exc.code, code, plan)
         if exc.code == "peer_on_path":  # a loop we avoided, not a failure
             log.info("federation: peer already on the path, not asked", peer=peer.name)
             return
@@ -417,12 +422,14 @@ class Federator:
         self._audit(req, "federation_forward", peer, outcome=code, received=0, accepted=0)
         self._audit(req, "federation_drop", peer, code=code, count=1, reason=exc.message[:300])
 
-    def _health(self, req: DiscoverRequest, peer: Peer, raw: str, code: str, probe: bool) -> None:
+    def _health(self, req: DiscoverRequest, peer: Peer, raw: str, code: str, plan: Plan) -> None:
         """Tell :class:`PeerHealth` how a forward ended; audit a peer being
         skipped (or skipped longer after a failed probe)."""
-        if raw in NEUTRAL_CODES or code in NEUTRAL_CODES:
+        caller_cut = code == "peer_timeout" and plan.budget_limited
+        if raw in NEUTRAL_CODES or code in NEUTRAL_CODES or caller_cut:
             self.health.release(peer.url)
         elif code in DOWN_CODES:
+            probe = peer.url in plan.probes
             period = self.health.failed(peer.url, code, probe=probe)
             if period is not None:
                 log.warning("federation peer skipped", peer=peer.name, seconds=period, last=code)

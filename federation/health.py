@@ -7,6 +7,8 @@ over, the next query that would ask the peer asks it as a *probe*; other
 queries keep skipping it until the probe's outcome is known. Any answer (even
 an error status or a bad signature: the peer is up) ends the skip period; a
 failed probe starts a new one, twice as long, up to ``max_skip_seconds``.
+(The federator does not report timeouts under a deadline that the caller's
+federation budget cut short: those say nothing about the peer.)
 Pure bookkeeping over an injected monotonic clock; the federator reports
 outcomes and audits the transitions.
 """

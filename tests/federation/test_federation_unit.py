@@ -562,6 +562,23 @@ def test_an_unreachable_peer_is_skipped_too(world: World, tmp_path: Path) -> Non
     assert world.net.sent == [("http://gone", "DISCOVER")] * 2
 
 
+def test_timeouts_under_a_callers_short_budget_do_not_count(world: World) -> None:
+    """A caller choosing a tiny AGTP-Federation-Budget-Ms must not be able to
+    get a peer skipped for everyone else."""
+    settings = FederationSettings(peer_timeout=0.2, deadline=0.3, failures_before_skip=2)
+    b = world.ans("b", solidity("remote-auditor"))
+    world.serve("http://b", b).delay = 5.0
+    a = world.ans("a", solidity("local-auditor"), peers=(Peer("http://b", 2),), settings=settings)
+    hurried = {"agtp-federation-budget-ms": "200"}  # 0.14 s for the fan-out, under 0.2
+    for _ in range(3):
+        assert codes(ask(a, headers=hurried, limit=5)) == [("peer_timeout", "http://b")]
+    assert skip_periods(a) == []
+    for _ in range(2):  # our own timeout, in full: these count
+        assert codes(ask(a, limit=5)) == [("peer_timeout", "http://b")]
+    assert codes(ask(a, limit=5)) == [("peer_skipped", "http://b")]
+    assert skip_periods(a) == [5.0]
+
+
 def test_a_peer_that_answers_is_never_skipped_however_it_answers(world: World) -> None:
     a, fake = skipping_world(world)
     fake.delay = 5.0
