@@ -27,7 +27,7 @@ JSON reports the ratio to each:
   instead of one: the question an operator deciding between federating and
   centralising asks.
 * ``A_local`` is A without its peers: the strictest comparison. Its answer
-  is smaller (0-3 results, since only 3 of its agents are public) and its
+  is smaller (at most 3 results, since only 3 of its agents are public) and its
   index holds only 50 agents, so it is cheaper than any full answer.
 
 Each federating server has its own pair of peers, so a peer never sees a
