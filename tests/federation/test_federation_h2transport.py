@@ -11,7 +11,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs
@@ -593,30 +593,9 @@ def test_tls_server_without_h2_is_unreachable(
 # -- routing and bounds ------------------------------------------------------------------
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.urls: list[str] = []
-        self.closed = 0
-
-    async def send(
-        self,
-        peer: Peer,
-        method: str,
-        url: str,
-        headers: Mapping[str, str],
-        body: bytes,
-        timeout: float,
-    ) -> PeerReply:
-        self.urls.append(url)
-        return PeerReply(200, b"{}")
-
-    async def aclose(self) -> None:
-        self.closed += 1
-
-
-def test_other_origins_go_to_the_other_transport(tiny: Callable[..., Tiny]) -> None:
+def test_other_origins_go_to_the_other_transport(tiny: Callable[..., Tiny], recorder: Any) -> None:
     srv = tiny()
-    other = Recorder()
+    other = recorder()
     peer = Peer(url=srv.url, tier=2, jwks_url="https://keys.example/jwks.json")
 
     async def go() -> None:

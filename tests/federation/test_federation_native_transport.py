@@ -9,7 +9,7 @@ import asyncio
 import socket
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -541,33 +541,10 @@ def test_tls_with_and_without_the_cacert(tls_cert: tuple[Path, Path]) -> None:
 # -- SchemeRouter --------------------------------------------------------------------------
 
 
-class Recording:
-    """A PeerTransport that answers 204 and records what it was asked."""
-
-    def __init__(self) -> None:
-        self.urls: list[str] = []
-        self.closed = 0
-
-    async def send(
-        self,
-        peer: Peer,
-        method: str,
-        url: str,
-        headers: Mapping[str, str],
-        body: bytes,
-        timeout: float,
-    ) -> PeerReply:
-        self.urls.append(url)
-        return PeerReply(204, b"")
-
-    async def aclose(self) -> None:
-        self.closed += 1
-
-
-def test_scheme_router_picks_the_transport_by_scheme() -> None:
+def test_scheme_router_picks_the_transport_by_scheme(recorder: Any) -> None:
     async def go() -> None:
         async with NativeServer() as srv:
-            h2 = Recording()
+            h2 = recorder(204, b"")
             native = NativePeerTransport(MAX)
             router = SchemeRouter(
                 {"http": h2, "https": h2, "agtp": native, "agtp+cleartext": native}

@@ -265,12 +265,19 @@ def rogue(
 # -- the cases of the issue ------------------------------------------------------------------
 
 
-def test_chain_a_b_c(start: Any, activate: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    c = start("c")
+def chain_a_b_c(start: Any, activate: Any, *, native: bool) -> tuple[Any, Any, dict[str, Any]]:
+    """A -> B -> C (over the native framing when ``native``), one agent on each;
+    checks the answer A gives and returns (a, b, that answer)."""
+    listen = ("--native-listen", "127.0.0.1:0") if native else ()
+
+    def peer_url(srv: Any) -> str:
+        return str(srv.native_url if native else srv.url)
+
+    c = start("c", *listen)
     activate(c.url, solidity("deep-auditor", behavioral_trust_score=0.97))
-    b = start("b", "--peer", f"2@{c.url}")
+    b = start("b", *listen, "--peer", f"2@{peer_url(c)}")
     activate(b.url, solidity("middle-auditor"))
-    a = start("a", "--peer", f"2@{b.url}")
+    a = start("a", "--peer", f"2@{peer_url(b)}")
     activate(a.url, solidity("near-auditor", behavioral_trust_score=0.7))
     got = discover(a.url)
     ka, kb, kc = kid_of(a.url), kid_of(b.url), kid_of(c.url)
@@ -280,10 +287,20 @@ def test_chain_a_b_c(start: Any, activate: Any, capsys: pytest.CaptureFixture[st
     by_label = {r["agent_label"]: r for r in got["results"]}
     deep = by_label["deep-auditor"]["provenance"]
     assert deep["route"] == [kb, kc] and deep["origin_service"] == kc
-    assert deep["peer"] == {"ans_id": kb, "url": b.url, "granted_trust_tier": 2}
+    assert deep["peer"] == {"ans_id": kb, "url": peer_url(b), "granted_trust_tier": 2}
     assert by_label["middle-auditor"]["provenance"]["route"] == [kb]
     assert "provenance" not in by_label["near-auditor"]
     assert [r["rank"] for r in got["results"]] == [1, 2, 3]
+    # Forwards are audit events on every hop.
+    for srv in (a, b):
+        text = (srv.data_dir / "audit.jsonl").read_text()
+        assert '"event":"federation_forward"' in text and '"outcome":"ok"' in text
+    return a, b, got
+
+
+def test_chain_a_b_c(start: Any, activate: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b, got = chain_a_b_c(start, activate, native=False)
+    ka, kb, kc = got["federation_path"]
     # The CLI shows where each result came from, and verifies the merged signature.
     capsys.readouterr()
     assert main(["discover", INTENT, "--server", a.url, "--limit", "5"]) == 0
@@ -293,10 +310,6 @@ def test_chain_a_b_c(start: Any, activate: Any, capsys: pytest.CaptureFixture[st
     deep_row = next(line for line in out.splitlines() if "deep-auditor@" in line)
     assert deep_row.rstrip().endswith(b.url)
     assert next(line for line in out.splitlines() if "near-auditor@" in line).endswith("local")
-    # Forwards are audit events on every hop.
-    for srv in (a, b):
-        text = (srv.data_dir / "audit.jsonl").read_text()
-        assert '"event":"federation_forward"' in text and '"outcome":"ok"' in text
 
 
 def test_loop_a_b_terminates(start: Any, activate: Any) -> None:
@@ -427,28 +440,7 @@ def pinned_peer(url: str, tmp_path: Path) -> str:
 
 
 def test_native_chain_a_b_c(start: Any, activate: Any) -> None:
-    native = ("--native-listen", "127.0.0.1:0")
-    c = start("c", *native)
-    activate(c.url, solidity("deep-auditor", behavioral_trust_score=0.97))
-    b = start("b", *native, "--peer", f"2@{c.native_url}")
-    activate(b.url, solidity("middle-auditor"))
-    a = start("a", "--peer", f"2@{b.native_url}")
-    activate(a.url, solidity("near-auditor", behavioral_trust_score=0.7))
-    got = discover(a.url)
-    ka, kb, kc = kid_of(a.url), kid_of(b.url), kid_of(c.url)
-    assert labels(got) == ["deep-auditor", "middle-auditor", "near-auditor"]
-    assert got["federation_path"] == [ka, kb, kc]
-    assert got["warnings"] == []
-    by_label = {r["agent_label"]: r for r in got["results"]}
-    deep = by_label["deep-auditor"]["provenance"]
-    assert deep["route"] == [kb, kc] and deep["origin_service"] == kc
-    assert deep["peer"] == {"ans_id": kb, "url": b.native_url, "granted_trust_tier": 2}
-    assert by_label["middle-auditor"]["provenance"]["route"] == [kb]
-    assert "provenance" not in by_label["near-auditor"]
-    assert [r["rank"] for r in got["results"]] == [1, 2, 3]
-    for srv in (a, b):
-        text = (srv.data_dir / "audit.jsonl").read_text()
-        assert '"event":"federation_forward"' in text and '"outcome":"ok"' in text
+    a, _, got = chain_a_b_c(start, activate, native=True)
     # The same query again goes over the kept-alive native connections.
     again = discover(a.url)
     assert labels(again) == labels(got) and again["warnings"] == []
