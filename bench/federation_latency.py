@@ -22,7 +22,8 @@ JSON reports the ratio to each:
 
 * ``A_all`` answers the *same query over the same agents* without
   federation, so its answer is the same kind of answer (a full page of
-  ``limit`` results, mostly the same agents; the overlap is reported). The
+  ``limit`` results for at least 90% of the queries -- a few intents match
+  fewer agents at all -- mostly the same agents; both shares are reported). The
   ratio to it is the price of spreading a catalog over three ANS servers
   instead of one: the question an operator deciding between federating and
   centralising asks.
@@ -50,10 +51,14 @@ This script is the client process: it sends the queries one at a time
 always speaks HTTP/2; only the peer hop differs), each query to A_local,
 A_fed and A_fed_native in an order that rotates per query so that noise hits
 all alike, and records wall-clock latency per request. A warm-up of 30 queries
-(not timed, not reused) precedes the timed pass. The timed queries are new to
-every server, so each server embeds each query once: the realistic case for
-distinct intents. A second pass over the same queries (query-embedding caches
-hot everywhere) is reported too, as ``cached_pass``.
+(not timed, not reused) precedes the timed rounds (``--rounds``, default 3,
+each of ``--queries`` queries of its own). The timed queries are new to every
+server, so each server embeds each query once: the realistic case for
+distinct intents. The headline figures pool the rounds; the ratio of each
+round is reported too (``per_round_ratios``), since one round's p50 moves by
+a few percent from run to run on a shared machine. A second pass over round
+1's queries (query-embedding caches hot everywhere) is reported as
+``cached_pass``.
 
 The machine this ran on is part of the measurement: with 2 cores, the
 servers and the client share them, so two peers answering "concurrently" are
@@ -153,9 +158,14 @@ Answer = tuple[float, dict[str, Any], dict[str, Any]]  # (ms, params, result)
 
 
 def timed_pass(
-    clients: dict[str, AgtpClient], queries: Sequence[str], base: dict[str, Any], tag: str
+    clients: dict[str, AgtpClient],
+    queries: Sequence[str],
+    base: dict[str, Any],
+    tag: str,
+    first: int = 0,
 ) -> dict[str, list[Answer]]:
-    """Each query to every client, rotating which goes first."""
+    """Each query to every client, rotating which goes first; task ids are
+    ``{tag}-{n}`` counting from ``first``."""
     out: dict[str, list[Answer]] = {name: [] for name in clients}
     names = list(clients)
     for i, q in enumerate(queries):
@@ -163,7 +173,7 @@ def timed_pass(
         k = i % len(names)
         for name in names[k:] + names[:k]:
             t0 = time.perf_counter()
-            resp = clients[name].discover(params, task_id=f"{tag}-{i}")
+            resp = clients[name].discover(params, task_id=f"{tag}-{first + i}")
             ms = (time.perf_counter() - t0) * 1000.0
             if resp.status != 200:
                 raise RuntimeError(f"{name}: DISCOVER failed: {resp.body}")
@@ -253,7 +263,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--data", type=Path, default=DEFAULT_DATA, help="MetaTool split.json (+ plugin_des.json)"
     )
-    ap.add_argument("--queries", type=int, default=200, help="timed queries")
+    ap.add_argument("--queries", type=int, default=200, help="timed queries per round")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="timed rounds, each with queries of its own; the figures pool them "
+        "and the per-round ratios show the spread",
+    )
     ap.add_argument("--limit", type=int, default=10, help="DISCOVER limit")
     ap.add_argument("--zone", default="zone:public", help="DISCOVER governance_zone")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "federation.json")
@@ -269,9 +286,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "A": demo_agents(A_AGENTS),
     }
     pool = [q for q, _ in data["eval_single"]]
-    step = max(1, len(pool) // (WARMUP + args.queries))
-    chosen = pool[::step][: WARMUP + args.queries]
+    wanted = WARMUP + args.rounds * args.queries
+    if not 1 <= args.rounds or wanted > len(pool):
+        sys.exit(
+            f"federation_latency: {args.rounds} rounds of {args.queries} need {wanted} "
+            f"of the {len(pool)} MetaTool queries"
+        )
+    step = max(1, len(pool) // wanted)
+    chosen = pool[::step][:wanted]
     warmup, queries = chosen[:WARMUP], chosen[WARMUP:]
+    rounds = [queries[r * args.queries : (r + 1) * args.queries] for r in range(args.rounds)]
 
     os.environ["OPENBLAS_NUM_THREADS"] = "1"  # inherited by the servers
     gov = SigningKey.generate()
@@ -327,10 +351,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             timed_pass(clients, warmup, base, "warm")
             load_before = os.getloadavg()[0]
             cpu0 = {name: cpu_ms(srv.proc.pid) for name, srv in servers.items()}
-            first = timed_pass(clients, queries, base, "timed")
+            per_round = [
+                timed_pass(clients, qs, base, "timed", r * args.queries)
+                for r, qs in enumerate(rounds)
+            ]
             cpu1 = {name: cpu_ms(srv.proc.pid) for name, srv in servers.items()}
             load_after = os.getloadavg()[0]
-            cached = timed_pass(clients, queries, base, "cached")
+            first = {name: [a for run in per_round for a in run[name]] for name in FRONTS}
+            cached = timed_pass(clients, rounds[0], base, "cached")
 
             fed_check = {
                 name: check_federated(
@@ -343,15 +371,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 seen = audit_forwards(servers[name].data_dir, "timed-")
                 for p in pair:
                     ok = seen.get(str(getattr(servers[p], attr)), {})
-                    if ok != {"ok": len(queries)}:
+                    if ok != {"ok": len(queries)}:  # every round's queries
                         raise AssertionError(f"{name} forwards to {p}: {ok}")
                     forwards.setdefault(name, {})[p] = ok
             local_hits = [r["returned"] for _, _, r in first["A_local"] + cached["A_local"]]
             if max(local_hits) >= args.limit:
                 raise AssertionError(f"A_local returned {max(local_hits)} >= limit results")
             all_hits = [r["returned"] for _, _, r in first["A_all"] + cached["A_all"]]
-            if min(all_hits) < args.limit:
-                raise AssertionError(f"A_all returned {min(all_hits)} < limit results")
+            full_pages = sum(n == args.limit for n in all_hits) / len(all_hits)
+            if full_pages < 0.9:  # a few intents match fewer than `limit` agents at all
+                raise AssertionError(f"A_all answered a full page for only {full_pages:.0%}")
             if any("federation_path" in r for _, _, r in first["A_all"] + cached["A_all"]):
                 raise AssertionError("A_all federated")
             overlap = same_agents(first["A_all"], first["A_fed_native"])
@@ -359,6 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for name in FRONTS:
                 jwks = clients[name].jwks()
                 verified += verify_all(first[name] + cached[name], jwks)
+            round_figs = [figures(run) for run in per_round]
         finally:
             for c in clients.values():
                 c.close()
@@ -366,6 +396,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 stop_server(srv)
 
     main_figs = figures(first)
+    ratio_keys = [k for k in main_figs if k.startswith("ratio")]
     report: dict[str, Any] = {
         "command": ".venv/bin/python bench/federation_latency.py",
         "machine": {
@@ -385,6 +416,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "source": f"MetaTool eval_single, every {step}th (first {WARMUP} warm-up only)",
             "warmup": len(warmup),
             "timed": len(queries),
+            "rounds": args.rounds,
+            "per_round": args.queries,
             "limit": args.limit,
             "governance_zone": args.zone,
             "concurrency": 1,
@@ -392,15 +425,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             "max_local_results_on_A": max(local_hits),
             "mean_local_results_on_A": round(sum(local_hits) / len(local_hits), 3),
             "mean_results_on_A_all": round(sum(all_hits) / len(all_hits), 3),
+            "full_pages_on_A_all": round(full_pages, 3),
             "federated_agents_also_in_A_all_answer": overlap,
         },
+        "figures": "pooled over the rounds' timed queries; per_round_ratios shows each round",
         **main_figs,
+        "per_round_ratios": {k: [f[k] for f in round_figs] for k in ratio_keys},
         "target_ratio": TARGET,
         "met_http2_peers": main_figs["ratio_p50"] <= TARGET,
         "met_native_peers": main_figs["ratio_native_p50"] <= TARGET,
         "met_http2_peers_vs_one_index": main_figs["ratio_to_one_index_p50"] <= TARGET,
         "met_native_peers_vs_one_index": main_figs["ratio_native_to_one_index_p50"] <= TARGET,
-        "cached_pass": figures(cached),
+        "cached_pass": {"queries": "round 1's, again", **figures(cached)},
         "federation": {
             name: {**fed_check[name], "forwards_per_peer_timed_pass": forwards[name]}
             for name in ("A_fed", "A_fed_native")
@@ -416,7 +452,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
 
-    for label, figs in (("first pass", main_figs), ("cached pass", report["cached_pass"])):
+    passes = (
+        *((f"round {r + 1}", figs) for r, figs in enumerate(round_figs)),
+        (f"pooled ({len(queries)} queries)", main_figs),
+        ("cached pass", report["cached_pass"]),
+    )
+    for label, figs in passes:
         lo, one = figs["local_ms"]["p50"], figs["one_index_ms"]["p50"]
         fe, na = figs["federated_ms"]["p50"], figs["federated_native_ms"]["p50"]
         print(
