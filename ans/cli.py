@@ -148,6 +148,27 @@ def _parser() -> argparse.ArgumentParser:
     lc.add_argument("--event-id", help="event id (default: a fresh random one)")
     _add_identity(lc, "discovery:register")
 
+    pe = sub.add_parser("peers", help="federation peer tools")
+    pesub = pe.add_subparsers(dest="peers_command", required=True)
+    pc = pesub.add_parser(
+        "check",
+        help="ask every configured peer once, as a federated DISCOVER would "
+        "(key, answer, signature); exit 0 only if all of them pass",
+    )
+    pc.add_argument("--config", type=Path, help="TOML configuration file ([federation] peers)")
+    pc.add_argument(
+        "--peer",
+        action="append",
+        metavar="TIER@URL",
+        help="a peer as for ans serve --peer (repeatable; replaces the file's peers)",
+    )
+    pc.add_argument("--intent", default=None, help="the probe's intent (default: a fixed text)")
+    pc.add_argument(
+        "--agent-id", default="agtp://localhost/agents/ans-peers-check", help="Agent-ID header"
+    )
+    pc.add_argument("--principal-id", default=None, help="Principal-ID header (default: $USER)")
+    pc.add_argument("--scope", default="discovery:query", help="Authority-Scope header")
+
     au = sub.add_parser("audit", help="audit log tools")
     ausub = au.add_subparsers(dest="audit_command", required=True)
     av = ausub.add_parser("verify", help="check the audit log's hash chain (exit 0 only if intact)")
@@ -171,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_lifecycle(args)
         if args.command == "audit":
             return cmd_audit_verify(args)
+        if args.command == "peers":
+            return cmd_peers_check(args)
         if args.command == "governance" and args.gov_command == "keygen":
             return cmd_keygen(args)
         return cmd_sign(args)
@@ -346,6 +369,13 @@ def cmd_discover(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_rows(rows: list[list[str]]) -> None:
+    """Left-aligned columns, two spaces apart."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
 def print_table(result: dict[str, Any]) -> None:
     federated = "federation_path" in result
     header = ["#", "agent", "tier", "trust", "match", "score", "zone"]
@@ -365,9 +395,7 @@ def print_table(result: dict[str, Any]) -> None:
             peer = prov.get("peer", {}) if isinstance(prov, dict) else {}
             row.append(str(peer.get("url", "?")) if prov else "local")
         rows.append(row)
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    _print_rows(rows)
     print(
         f"{result.get('returned', 0)} of {result.get('total_matches', 0)} matches "
         f"(query {result.get('query_id', '?')}, {result.get('generated_at', '')})"
@@ -391,6 +419,70 @@ def print_table(result: dict[str, Any]) -> None:
         print(line)
     for w in result.get("warnings", []):
         print(f"warning: {w.get('code')}: {w.get('message')}", file=sys.stderr)
+
+
+# -- peers check ----------------------------------------------------------------------
+
+
+def cmd_peers_check(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from ans.federation.check import DEFAULT_INTENT, Asker, check_peers
+    from ans.federation.peers import PeerConfigError, parse_peer_flag
+    from ans.governance.policy import ZonePolicy
+
+    from . import config as config_mod
+    from .server import configure_logging, peer_transport
+    from .service import utc_now
+
+    try:
+        flags = tuple(parse_peer_flag(p) for p in args.peer or ())
+    except PeerConfigError as exc:
+        raise ConfigError(str(exc)) from None
+    cfg = config_mod.load(args.config, peers=flags or None)
+    if not cfg.peers:
+        print("ans: no peers configured (use --config FILE or --peer TIER@URL)", file=sys.stderr)
+        return 2
+    configure_logging("error")  # the table says what the warnings would (on stderr otherwise)
+    asker = Asker(args.agent_id, args.principal_id or getpass.getuser() or "cli-user", args.scope)
+    zones = ZonePolicy.of(
+        cfg.restricted_zones, cfg.public_zones, cfg.unlisted_zones == "restricted"
+    )
+    checks = asyncio.run(
+        check_peers(
+            cfg.peers,
+            cfg.federation,
+            peer_transport(cfg.federation.max_response_bytes),
+            asker,
+            intent=args.intent or DEFAULT_INTENT,
+            zones=zones,
+            min_capability_match=cfg.min_capability_match,
+            clock=utc_now,
+        )
+    )
+    rows = [["peer", "tier", "key", "status", "ms", "results"]]
+    for c in checks:
+        rows.append(
+            [
+                c.peer.url,
+                str(c.peer.tier),
+                f"{c.kids[0][:12]}…"
+                if len(c.kids) == 1
+                else f"{len(c.kids)} keys"
+                if c.kids
+                else "-",
+                "ok" if c.ok else f"FAIL {c.code}",
+                f"{c.ms:.0f}",
+                str(c.results),
+            ]
+        )
+    _print_rows(rows)
+    for c in checks:
+        if not c.ok:
+            print(f"{c.code}: {c.message}", file=sys.stderr)  # the message names the peer
+    failed = sum(not c.ok for c in checks)
+    print(f"{len(checks) - failed} of {len(checks)} peers answered and verified")
+    return 1 if failed else 0
 
 
 def _read_json(path: Path) -> Any:
