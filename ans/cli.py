@@ -1,6 +1,7 @@
 """The ``ans`` command line: serve, discover, activate, lifecycle events,
-audit-log verification, and governance helpers (keygen, sign-manifest) so
-operators and tests can act as a governance platform.
+audit-log verification, federation peer checks, and governance helpers
+(keygen, sign-manifest) so operators and tests can act as a governance
+platform.
 """
 
 from __future__ import annotations

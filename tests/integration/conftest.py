@@ -42,6 +42,24 @@ def server(
     stop_server(srv)
 
 
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """``ans serve --demo`` (64 agents) with the native listener too, no rate
+    limit; one per test module."""
+    cfg = tmp_path_factory.mktemp("native-config") / "ans.toml"
+    cfg.write_text("[rate_limit]\nenabled = false\n")
+    srv = start_server(
+        tmp_path_factory.mktemp("native-data"),
+        "--demo",
+        "--native-listen",
+        "127.0.0.1:0",
+        "--config",
+        str(cfg),
+    )
+    yield srv
+    stop_server(srv)
+
+
 @pytest.fixture
 def server_factory() -> Iterator[Any]:
     """start(data_dir, *args) -> RunningServer; every server is stopped afterwards."""

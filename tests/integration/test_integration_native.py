@@ -34,7 +34,7 @@ from ans.app import AnsApp
 from ans.cli import main
 from ans.client import AgtpClient, NativeAgtpClient, connect, verify_discover_result
 from ans.config import Config
-from ans.launcher import RunningServer, start_server, stop_server
+from ans.launcher import RunningServer
 from ans.native_server import NativeListener
 from ans.server import build_service
 
@@ -118,23 +118,6 @@ def h2_client(url: str, scope: str = "discovery:query") -> AgtpClient:
     return AgtpClient(
         url, agent_id=IDENTITY["agent-id"], principal_id=IDENTITY["principal-id"], scope=scope
     )
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    """``ans serve --demo`` (64 agents) with the native listener, no rate limit."""
-    cfg = tmp_path_factory.mktemp("native-config") / "ans.toml"
-    cfg.write_text("[rate_limit]\nenabled = false\n")
-    srv = start_server(
-        tmp_path_factory.mktemp("native-data"),
-        "--demo",
-        "--native-listen",
-        "127.0.0.1:0",
-        "--config",
-        str(cfg),
-    )
-    yield srv
-    stop_server(srv)
 
 
 # -- the listener ------------------------------------------------------------------------

@@ -6,7 +6,6 @@ errors."""
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -17,24 +16,13 @@ from ans.governance.keys import SigningKey
 
 from ans.cli import main
 from ans.client import AgtpClient
-from ans.launcher import RunningServer, start_server, stop_server
+from ans.launcher import RunningServer
 
 
-@pytest.fixture(scope="module")
-def peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    """``ans serve --demo`` with the native listener too."""
-    cfg = tmp_path_factory.mktemp("peer-config") / "ans.toml"
-    cfg.write_text("[rate_limit]\nenabled = false\n")
-    srv = start_server(
-        tmp_path_factory.mktemp("peer-data"),
-        "--demo",
-        "--native-listen",
-        "127.0.0.1:0",
-        "--config",
-        str(cfg),
-    )
-    yield srv
-    stop_server(srv)
+@pytest.fixture
+def peer(demo: RunningServer) -> RunningServer:
+    """The peer: ``ans serve --demo`` with the native listener too (conftest)."""
+    return demo
 
 
 def free_port() -> int:
