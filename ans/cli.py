@@ -169,6 +169,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     pc.add_argument("--principal-id", default=None, help="Principal-ID header (default: $USER)")
     pc.add_argument("--scope", default="discovery:query", help="Authority-Scope header")
+    pc.add_argument("--json", action="store_true", help="one JSON object per peer, as a list")
 
     au = sub.add_parser("audit", help="audit log tools")
     ausub = au.add_subparsers(dest="audit_command", required=True)
@@ -461,6 +462,23 @@ def cmd_peers_check(args: argparse.Namespace) -> int:
             clock=utc_now,
         )
     )
+    failed = sum(not c.ok for c in checks)
+    if args.json:
+        doc = [
+            {
+                "url": c.peer.url,
+                "tier": c.peer.tier,
+                "ok": c.ok,
+                "key_ids": list(c.kids),
+                "ms": round(c.ms, 1),
+                "results": c.results,
+                "code": c.code,
+                "message": c.message,
+            }
+            for c in checks
+        ]
+        print(json.dumps(doc, indent=2))
+        return 1 if failed else 0
     rows = [["peer", "tier", "key", "status", "ms", "results"]]
     for c in checks:
         rows.append(
@@ -481,7 +499,6 @@ def cmd_peers_check(args: argparse.Namespace) -> int:
     for c in checks:
         if not c.ok:
             print(f"{c.code}: {c.message}", file=sys.stderr)  # the message names the peer
-    failed = sum(not c.ok for c in checks)
     print(f"{len(checks) - failed} of {len(checks)} peers answered and verified")
     return 1 if failed else 0
 

@@ -107,6 +107,30 @@ def test_down_and_wrongly_pinned_peers_fail_with_the_warning_a_caller_would_see(
     assert problems[1].startswith(f"peer_key_unavailable: peer {dead}: ")
 
 
+def test_json_output_for_scripts(peer: RunningServer, capsys: pytest.CaptureFixture[str]) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    code = main(["peers", "check", "--peer", f"2@{peer.url}", "--peer", f"3@{dead}", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 1 and err == ""
+    kid = httpx.get(f"{peer.url}/.well-known/jwks.json").json()["keys"][0]["kid"]
+    good, down = orjson.loads(out)
+    assert {k: good[k] for k in ("url", "tier", "ok", "key_ids", "results", "code")} == {
+        "url": peer.url,
+        "tier": 2,
+        "ok": True,
+        "key_ids": [kid],
+        "results": 1,
+        "code": None,
+    }
+    assert (down["url"], down["ok"], down["key_ids"], down["code"]) == (
+        dead,
+        False,
+        [],
+        "peer_key_unavailable",
+    )
+    assert down["message"].startswith(f"peer {dead}: ")
+
+
 def test_a_peer_refusing_the_probes_scope_fails(
     peer: RunningServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
