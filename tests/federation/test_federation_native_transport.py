@@ -6,10 +6,11 @@ answer too much or garbage), plus SchemeRouter picking a transport by scheme."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,6 +47,16 @@ def run(coro: Awaitable[T]) -> T:
     result = asyncio.run(main())
     assert errors == []
     return result
+
+
+@contextlib.asynccontextmanager
+async def transport(**kw: Any) -> AsyncIterator[NativePeerTransport]:
+    """A NativePeerTransport that is closed afterwards, whatever the test did."""
+    t = NativePeerTransport(MAX, **kw)
+    try:
+        yield t
+    finally:
+        await t.aclose()
 
 
 def free_port() -> int:
@@ -196,8 +207,7 @@ def where(reply: PeerReply) -> tuple[int, int]:
 def test_request_as_sent_and_sequential_requests_reuse_one_connection() -> None:
     async def go() -> None:
         async with NativeServer() as srv:
-            t = NativePeerTransport(MAX)
-            try:
+            async with transport() as t:
                 replies = [await send(t, srv, f"t-{i}") for i in range(5)]
                 assert [r.status for r in replies] == [200] * 5
                 assert [where(r) for r in replies] == [(0, i) for i in range(5)]
@@ -207,8 +217,6 @@ def test_request_as_sent_and_sequential_requests_reuse_one_connection() -> None:
                 assert first["headers"]["agent-id"] == HEADERS["Agent-ID"]
                 assert first["headers"]["task-id"] == "t-0"
                 assert orjson.loads(first["body"])["task_id"] == "t-0"
-            finally:
-                await t.aclose()
             await srv.until(lambda: srv.client_closed == 1)  # aclose closed the idle one
 
     run(go())
@@ -236,16 +244,12 @@ def test_server_closing_an_idle_connection_between_requests() -> None:
         return Reply(reply.data, close=True)  # answer, then hang up (one request per conn)
 
     async def go() -> None:
-        async with NativeServer(handler) as srv:
-            t = NativePeerTransport(MAX)
-            try:
-                assert where(await send(t, srv, "t-1")) == (0, 0)
-                await srv.until(lambda: srv.open == 0)
-                assert where(await send(t, srv, "t-2")) == (1, 0)
-                assert where(await send(t, srv, "t-3")) == (2, 0)
-                assert srv.accepted == 3
-            finally:
-                await t.aclose()
+        async with NativeServer(handler) as srv, transport() as t:
+            assert where(await send(t, srv, "t-1")) == (0, 0)
+            await srv.until(lambda: srv.open == 0)
+            assert where(await send(t, srv, "t-2")) == (1, 0)
+            assert where(await send(t, srv, "t-3")) == (2, 0)
+            assert srv.accepted == 3
 
     run(go())
 
@@ -257,19 +261,15 @@ def test_reused_connection_closed_before_any_answer_is_retried_once() -> None:
         return await echo(seen)
 
     async def go() -> None:
-        async with NativeServer(handler) as srv:
-            t = NativePeerTransport(MAX)
-            try:
-                assert where(await send(t, srv, "t-1")) == (0, 0)
-                reply = await send(t, srv, "t-2")
-                assert reply.status == 200 and where(reply) == (1, 0)
-                # The request reached the server twice: on the dropped one, then the fresh one.
-                tasks = [(s.conn, s.request.headers["task-id"]) for s in srv.seen]
-                assert tasks == [(0, "t-1"), (0, "t-2"), (1, "t-2")]
-                assert where(await send(t, srv, "t-3")) == (1, 1)  # the fresh one is kept
-                assert srv.accepted == 2
-            finally:
-                await t.aclose()
+        async with NativeServer(handler) as srv, transport() as t:
+            assert where(await send(t, srv, "t-1")) == (0, 0)
+            reply = await send(t, srv, "t-2")
+            assert reply.status == 200 and where(reply) == (1, 0)
+            # The request reached the server twice: on the dropped one, then the fresh one.
+            tasks = [(s.conn, s.request.headers["task-id"]) for s in srv.seen]
+            assert tasks == [(0, "t-1"), (0, "t-2"), (1, "t-2")]
+            assert where(await send(t, srv, "t-3")) == (1, 1)  # the fresh one is kept
+            assert srv.accepted == 2
 
     run(go())
 
@@ -279,15 +279,11 @@ def test_fresh_connection_closed_without_an_answer_is_not_retried() -> None:
         return Reply(None, close=True)
 
     async def go() -> None:
-        async with NativeServer(handler) as srv:
-            t = NativePeerTransport(MAX)
-            try:
-                with pytest.raises(PeerUnreachable, match="closed the connection") as exc:
-                    await send(t, srv)
-                assert exc.value.code == "peer_unreachable"
-                assert srv.accepted == 1 and len(srv.seen) == 1
-            finally:
-                await t.aclose()
+        async with NativeServer(handler) as srv, transport() as t:
+            with pytest.raises(PeerUnreachable, match="closed the connection") as exc:
+                await send(t, srv)
+            assert exc.value.code == "peer_unreachable"
+            assert srv.accepted == 1 and len(srv.seen) == 1
 
     run(go())
 
@@ -301,17 +297,13 @@ def test_connection_closed_mid_answer_is_not_retried() -> None:
         return reply
 
     async def go() -> None:
-        async with NativeServer(handler) as srv:
-            t = NativePeerTransport(MAX)
-            try:
-                await send(t, srv, "t-1")
-                with pytest.raises(PeerUnreachable):
-                    await send(t, srv, "t-2")
-                # Answer bytes had come: the request may have been acted on; not resent.
-                assert [s.request.headers["task-id"] for s in srv.seen] == ["t-1", "t-2"]
-                assert srv.accepted == 1
-            finally:
-                await t.aclose()
+        async with NativeServer(handler) as srv, transport() as t:
+            await send(t, srv, "t-1")
+            with pytest.raises(PeerUnreachable):
+                await send(t, srv, "t-2")
+            # Answer bytes had come: the request may have been acted on; not resent.
+            assert [s.request.headers["task-id"] for s in srv.seen] == ["t-1", "t-2"]
+            assert srv.accepted == 1
 
     run(go())
 
@@ -342,21 +334,17 @@ def test_silent_server_times_out_and_the_connection_is_not_reused() -> None:
         return await echo(seen)
 
     async def go() -> None:
-        async with NativeServer(handler) as srv:
-            t = NativePeerTransport(MAX)
-            try:
-                assert where(await send(t, srv, "t-1")) == (0, 0)
-                started = time.monotonic()
-                with pytest.raises(PeerTimeout, match=r"within 0\.300s") as exc:
-                    await send(t, srv, "stuck", timeout=0.3)
-                assert 0.3 <= time.monotonic() - started < 2.0
-                assert exc.value.code == "peer_timeout"
-                await srv.until(lambda: srv.client_closed == 1)  # we hung up on it
-                # A late answer on that connection can never be taken for the next one.
-                assert where(await send(t, srv, "t-2")) == (1, 0)
-                assert srv.accepted == 2
-            finally:
-                await t.aclose()
+        async with NativeServer(handler) as srv, transport() as t:
+            assert where(await send(t, srv, "t-1")) == (0, 0)
+            started = time.monotonic()
+            with pytest.raises(PeerTimeout, match=r"within 0\.300s") as exc:
+                await send(t, srv, "stuck", timeout=0.3)
+            assert 0.3 <= time.monotonic() - started < 2.0
+            assert exc.value.code == "peer_timeout"
+            await srv.until(lambda: srv.client_closed == 1)  # we hung up on it
+            # A late answer on that connection can never be taken for the next one.
+            assert where(await send(t, srv, "t-2")) == (1, 0)
+            assert srv.accepted == 2
 
     run(go())
 
@@ -371,22 +359,18 @@ def test_timeout_covers_the_wait_for_a_connection_slot() -> None:
         return await echo(seen)
 
     async def go() -> None:
-        async with NativeServer(handler) as srv:
-            t = NativePeerTransport(MAX, max_connections=1)
-            try:
-                stuck = asyncio.ensure_future(send(t, srv, "stuck", timeout=0.3))
-                await asyncio.sleep(0.05)
-                waiting_short = asyncio.ensure_future(send(t, srv, "short", timeout=0.1))
-                waiting = asyncio.ensure_future(send(t, srv, "t-2", timeout=2.0))
-                with pytest.raises(PeerTimeout):
-                    await stuck
-                with pytest.raises(PeerTimeout):
-                    await waiting_short  # gave up while queued for the slot
-                assert where(await waiting) == (1, 0)
-                assert [s.request.headers["task-id"] for s in srv.seen] == ["stuck", "t-2"]
-                assert srv.accepted == 2
-            finally:
-                await t.aclose()
+        async with NativeServer(handler) as srv, transport(max_connections=1) as t:
+            stuck = asyncio.ensure_future(send(t, srv, "stuck", timeout=0.3))
+            await asyncio.sleep(0.05)
+            waiting_short = asyncio.ensure_future(send(t, srv, "short", timeout=0.1))
+            waiting = asyncio.ensure_future(send(t, srv, "t-2", timeout=2.0))
+            with pytest.raises(PeerTimeout):
+                await stuck
+            with pytest.raises(PeerTimeout):
+                await waiting_short  # gave up while queued for the slot
+            assert where(await waiting) == (1, 0)
+            assert [s.request.headers["task-id"] for s in srv.seen] == ["stuck", "t-2"]
+            assert srv.accepted == 2
 
     run(go())
 
@@ -426,15 +410,11 @@ def test_malformed_answer_is_a_bad_response(garbage: bytes) -> None:
         return Reply(garbage if seen.conn == 0 else (await echo(seen)).data)
 
     async def go() -> None:
-        async with NativeServer(handler) as srv:
-            t = NativePeerTransport(MAX)
-            try:
-                with pytest.raises(PeerBadResponse, match="bad AGTP framing"):
-                    await send(t, srv)
-                await srv.until(lambda: srv.client_closed == 1)
-                assert where(await send(t, srv, "t-2")) == (1, 0)
-            finally:
-                await t.aclose()
+        async with NativeServer(handler) as srv, transport() as t:
+            with pytest.raises(PeerBadResponse, match="bad AGTP framing"):
+                await send(t, srv)
+            await srv.until(lambda: srv.client_closed == 1)
+            assert where(await send(t, srv, "t-2")) == (1, 0)
 
     run(go())
 
@@ -452,31 +432,23 @@ def test_more_than_one_answer_drops_the_connection(extra: bytes) -> None:
         return Reply(reply.data + extra if seen.conn == 0 else reply.data)
 
     async def go() -> None:
-        async with NativeServer(handler) as srv:
-            t = NativePeerTransport(MAX)
-            try:
-                assert where(await send(t, srv, "t-1")) == (0, 0)
-                assert where(await send(t, srv, "t-2")) == (1, 0)
-                assert where(await send(t, srv, "t-3")) == (1, 1)
-                assert srv.accepted == 2
-            finally:
-                await t.aclose()
+        async with NativeServer(handler) as srv, transport() as t:
+            assert where(await send(t, srv, "t-1")) == (0, 0)
+            assert where(await send(t, srv, "t-2")) == (1, 0)
+            assert where(await send(t, srv, "t-3")) == (1, 1)
+            assert srv.accepted == 2
 
     run(go())
 
 
 def test_an_unframeable_request_is_refused_before_connecting() -> None:
     async def go() -> None:
-        async with NativeServer() as srv:
-            t = NativePeerTransport(MAX)
-            try:
-                headers = {"Agent-ID": "a\r\nAuthority-Scope: discovery:admin"}
-                with pytest.raises(PeerError, match="cannot be framed") as exc:
-                    await t.send(srv.peer, "DISCOVER", srv.url + "/", headers, b"{}", 2)
-                assert exc.value.code == "peer_error"
-                assert srv.accepted == 0
-            finally:
-                await t.aclose()
+        async with NativeServer() as srv, transport() as t:
+            headers = {"Agent-ID": "a\r\nAuthority-Scope: discovery:admin"}
+            with pytest.raises(PeerError, match="cannot be framed") as exc:
+                await t.send(srv.peer, "DISCOVER", srv.url + "/", headers, b"{}", 2)
+            assert exc.value.code == "peer_error"
+            assert srv.accepted == 0
 
     run(go())
 
@@ -496,19 +468,15 @@ def test_max_connections_bounds_open_connections(limit: int, concurrent: int) ->
         return await echo(seen)
 
     async def go() -> None:
-        async with NativeServer(handler) as srv:
-            t = NativePeerTransport(MAX, max_connections=limit)
-            try:
-                replies = await asyncio.gather(*(send(t, srv, f"t-{i}") for i in range(concurrent)))
-                assert [r.status for r in replies] == [200] * concurrent
-                tasks = [orjson.loads(r.body)["headers"]["task-id"] for r in replies]
-                assert tasks == [f"t-{i}" for i in range(concurrent)]  # each got its own answer
-                assert srv.accepted == limit and srv.peak == limit
-                assert inflight["peak"] == limit  # the limit was used, not exceeded
-                per_conn = sorted(sum(1 for s in srv.seen if s.conn == c) for c in range(limit))
-                assert sum(per_conn) == concurrent
-            finally:
-                await t.aclose()
+        async with NativeServer(handler) as srv, transport(max_connections=limit) as t:
+            replies = await asyncio.gather(*(send(t, srv, f"t-{i}") for i in range(concurrent)))
+            assert [r.status for r in replies] == [200] * concurrent
+            tasks = [orjson.loads(r.body)["headers"]["task-id"] for r in replies]
+            assert tasks == [f"t-{i}" for i in range(concurrent)]  # each got its own answer
+            assert srv.accepted == limit and srv.peak == limit
+            assert inflight["peak"] == limit  # the limit was used, not exceeded
+            per_conn = sorted(sum(1 for s in srv.seen if s.conn == c) for c in range(limit))
+            assert sum(per_conn) == concurrent
 
     run(go())
 
@@ -578,20 +546,16 @@ def test_least_recently_used_origin_is_closed() -> None:
         return await echo(seen)
 
     async def go() -> None:
-        async with NativeServer(slow) as a, NativeServer() as b:
-            t = NativePeerTransport(MAX, max_origins=1)
-            try:
-                await send(t, a, "t-1")
-                await send(t, b, "t-2")  # a's pool is dropped: its idle connection closed
-                await a.until(lambda: a.client_closed == 1)
-                pending = asyncio.ensure_future(send(t, a, "slow"))
-                await a.until(lambda: len(a.seen) == 2)
-                await send(t, b, "t-3")  # a's pool dropped while its request is in flight
-                assert (await pending).status == 200  # the answer still arrives
-                await a.until(lambda: a.client_closed == 2)  # then that connection is closed
-                assert where(await send(t, a, "t-4")) == (2, 0)
-                assert a.accepted == 3 and b.accepted == 2
-            finally:
-                await t.aclose()
+        async with NativeServer(slow) as a, NativeServer() as b, transport(max_origins=1) as t:
+            await send(t, a, "t-1")
+            await send(t, b, "t-2")  # a's pool is dropped: its idle connection closed
+            await a.until(lambda: a.client_closed == 1)
+            pending = asyncio.ensure_future(send(t, a, "slow"))
+            await a.until(lambda: len(a.seen) == 2)
+            await send(t, b, "t-3")  # a's pool dropped while its request is in flight
+            assert (await pending).status == 200  # the answer still arrives
+            await a.until(lambda: a.client_closed == 2)  # then that connection is closed
+            assert where(await send(t, a, "t-4")) == (2, 0)
+            assert a.accepted == 3 and b.accepted == 2
 
     run(go())
