@@ -426,6 +426,13 @@ def print_table(result: dict[str, Any]) -> None:
 # -- peers check ----------------------------------------------------------------------
 
 
+def _key_cell(kids: tuple[str, ...]) -> str:
+    """The peer key we trust: its id's start, how many when several, '-' for none."""
+    if not kids:
+        return "-"
+    return f"{kids[0][:12]}…" if len(kids) == 1 else f"{len(kids)} keys"
+
+
 def cmd_peers_check(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -485,11 +492,7 @@ def cmd_peers_check(args: argparse.Namespace) -> int:
             [
                 c.peer.url,
                 str(c.peer.tier),
-                f"{c.kids[0][:12]}…"
-                if len(c.kids) == 1
-                else f"{len(c.kids)} keys"
-                if c.kids
-                else "-",
+                _key_cell(c.kids),
                 "ok" if c.ok else f"FAIL {c.code}",
                 f"{c.ms:.0f}",
                 str(c.results),
