@@ -175,7 +175,7 @@ class NativeAgtpClient(_Client):
     ) -> None:
         super().__init__(base_url, agent_id, principal_id, scope)
         try:
-            tls, host, port, _ = native_origin(self.base_url)
+            tls, host, port, _, _ = native_origin(self.base_url)
         except PeerError as exc:
             raise ValueError(exc.message) from None
         self._address = (host, port)

@@ -7,6 +7,7 @@ size, restricted zones) so that it is documented in one place.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -76,6 +77,9 @@ class Config:
     token_audience: str = ""  # the aud this ANS accepts; "" means agent_id
     token_jwks: tuple[Path, ...] = ()  # token issuer keys; () means governance_jwks
     token_leeway: float = 30.0  # seconds of clock skew allowed on exp/nbf
+    # mtls mode: SubjectAltName URIs of peer ANS servers trusted to forward a
+    # DISCOVER (AGTP-Federation-Path set) on behalf of the caller they name.
+    auth_forwarders: tuple[str, ...] = ()
     # [rate_limit] per Agent-ID
     rate_limit: RateLimitSettings = field(default_factory=RateLimitSettings)
     # [index] exact below exact_max agents, FAISS IVF-SQ8 candidates above
@@ -171,12 +175,26 @@ class Config:
                 )
         elif self.tls_client_ca is not None:
             raise ConfigError("tls_client_ca is only used with auth mode mtls")
+        if self.auth_forwarders and self.auth_mode != "mtls":
+            raise ConfigError(
+                "[auth] forwarders applies only in auth mode mtls (in token mode a "
+                "forwarding ANS passes the caller's own token on)"
+            )
+        if len(self.auth_forwarders) > MAX_FORWARDERS or not all(
+            isinstance(f, str) and FORWARDER_RE.fullmatch(f) for f in self.auth_forwarders
+        ):
+            raise ConfigError(
+                f"[auth] forwarders must be at most {MAX_FORWARDERS} URIs "
+                "(the SubjectAltName URI of each forwarding ANS's client certificate)"
+            )
         problems = self.rate_limit.problems()
         if problems:
             raise ConfigError(f"[rate_limit]: {problems[0]}")
 
 
 AUTH_MODES = ("open", "token", "mtls")
+MAX_FORWARDERS = 64
+FORWARDER_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[^\s]{1,500}")
 
 
 _SECTIONS = {
@@ -213,11 +231,12 @@ _SECTIONS = {
         "min_equivalent_confidence",
     },
     "logging": {"log_level", "log_format"},
-    "auth": {"mode", "token_issuer", "token_audience", "token_jwks", "token_leeway"},
+    "auth": {"mode", "token_issuer", "token_audience", "token_jwks", "token_leeway", "forwarders"},
 }
 # TOML keys whose Config field has another name.
 _RENAMED: dict[tuple[str, str], str] = {
     ("auth", "mode"): "auth_mode",
+    ("auth", "forwarders"): "auth_forwarders",
     ("zones", "restricted"): "restricted_zones",
     ("zones", "public"): "public_zones",
     ("zones", "unlisted"): "unlisted_zones",
@@ -236,6 +255,10 @@ def _coerce(name: str, value: Any, base: Path) -> Any:
     if name in ("restricted_zones", "public_zones"):
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{name} must be a list of zone ids")
+        return tuple(value)
+    if name == "auth_forwarders":
+        if not isinstance(value, list):
+            raise ConfigError("[auth] forwarders must be a list of URIs")
         return tuple(value)
     return value
 

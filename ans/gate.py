@@ -7,7 +7,9 @@ ACTIVATE, DESCRIBE of an indexed agent, and any later method whose typed
 request has one); DESCRIBE of this ANS itself is the bootstrap and is never
 gated. On success the request comes back with its *effective* identity (in
 token mode: scope = header scope ∩ token scope, plus the verified token for
-federation), so every later check uses it.
+federation), so every later check uses it. In mtls mode, a DISCOVER on a
+federation path may come from a trusted forwarding ANS (``[auth] forwarders``)
+speaking for the caller it names; that is audited as ``authentication_forwarded``.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from ans.governance.auth import (
 from ans.governance.ratelimit import AuditNote, RateLimiter
 from ans.governance.signing import KeyLookup
 from ans.protocol.errors import AgtpError, InvalidHeader, RateLimited
-from ans.protocol.messages import ZONE_RE, DescribeRequest, Identity
+from ans.protocol.messages import ZONE_RE, DescribeRequest, DiscoverRequest, Identity
 
 from .config import Config
 from .service import Clock
@@ -88,6 +90,7 @@ class RequestGate:
         self.token_keys = token_keys
         self.policy = TokenPolicy(config.token_issuer, config.audience, config.token_leeway)
         self.clock = clock
+        self.forwarders = frozenset(config.auth_forwarders)
         self.limiter = RateLimiter(config.rate_limit, monotonic)
         if self.mode == "token" and (token_keys is None or clock is None):
             raise ValueError("token mode needs token issuer keys and a clock")
@@ -104,14 +107,21 @@ class RequestGate:
         if identity is None:
             return req
         task_id = getattr(req, "task_id", None)
-        auth = self._authenticate(method, identity, creds, task_id)
+        # A DISCOVER on a federation path may come from a trusted forwarding ANS.
+        forwarded = isinstance(req, DiscoverRequest) and bool(req.federation_path)
+        auth = self._authenticate(method, identity, creds, task_id, forwarded)
         self._rate_limit(method, auth.identity, task_id)
         if auth.identity is identity:
             return req
         return dataclasses.replace(req, identity=auth.identity)  # type: ignore[type-var]
 
     def _authenticate(
-        self, method: str, identity: Identity, creds: Credentials, task_id: str | None
+        self,
+        method: str,
+        identity: Identity,
+        creds: Credentials,
+        task_id: str | None,
+        forwarded: bool = False,
     ) -> Authenticated:
         if self.mode == "token":
             creds.zone()  # a malformed AGTP-Zone-ID is a 400, before the 401 checks
@@ -127,7 +137,20 @@ class RequestGate:
                     self.clock(),
                 )
             if self.mode == "mtls":
-                return authenticate_certificate(identity, creds.client_cert_chain)
+                auth = authenticate_certificate(
+                    identity, creds.client_cert_chain, self.forwarders, forwarded
+                )
+                if auth.forwarded_by is not None:
+                    self.audit.record(
+                        "authentication_forwarded",
+                        auth_mode=self.mode,
+                        forwarded_by=auth.forwarded_by,
+                        method=method,
+                        agent_id=identity.agent_id,
+                        principal_id=identity.principal_id,
+                        task_id=task_id,
+                    )
+                return auth
         except AgtpError as exc:
             self.audit.record(
                 "authentication_failed",

@@ -16,14 +16,15 @@ may need HTTP/1.1).
 same errors as :class:`~.transport.HttpxTransport`, so the federator needs no
 change:
 
-* one connection per origin (scheme, host, port, cacert), many concurrent
+* one connection per origin (scheme, host, port, cacert, client certificate), many concurrent
   streams on it, never more than the server's SETTINGS_MAX_CONCURRENT_STREAMS
   (further requests queue for a free stream); reopened on demand after a
   GOAWAY or a lost connection; at most ``max_origins`` origins (LRU: an
   evicted connection finishes its streams, then closes);
 * ``http://`` is h2c with prior knowledge, ``https://`` is TLS with ALPN
   ``h2`` only (a server that does not select h2 is :class:`PeerUnreachable`),
-  verified against ``peer.cacert`` or the system store, SNI = host;
+  verified against ``peer.cacert`` or the system store, SNI = host, with
+  ``peer.client_cert`` presented when the peer requires one;
 * the answer is bounded by ``max_response_bytes`` (declared or streamed): the
   stream is reset with CANCEL and the connection stays usable;
 * ``timeout`` covers connecting, TLS and the whole answer; a timed-out stream
@@ -446,7 +447,9 @@ class _Origin:
         self.lock = asyncio.Lock()
 
 
-OriginKey = tuple[str, str, int, Path | None]
+# (scheme, host, port, cacert, our client certificate + key)
+OriginKey = tuple[str, str, int, Path | None, tuple[str, str] | None]
+ContextKey = tuple[Path | None, tuple[str, str] | None]
 
 
 class H2PeerTransport:
@@ -470,7 +473,7 @@ class H2PeerTransport:
         self._targets: dict[str, _Target] = {}
         self._methods: dict[str, Header] = {}
         self._names: dict[str, bytes] = {}
-        self._contexts: dict[Path | None, ssl.SSLContext] = {}
+        self._contexts: dict[ContextKey, ssl.SSLContext] = {}
         self._epoch = 0  # counts aclose() calls: a connect that spans one is dropped
 
     def connection_count(self) -> int:
@@ -492,7 +495,7 @@ class H2PeerTransport:
             raise PeerTimeout(f"no answer within {timeout:.3f}s")
         target = self._target(url)
         head = self._head(method, target, headers, body)
-        key = (target.scheme, target.host, target.port, peer.cacert)
+        key = (target.scheme, target.host, target.port, peer.cacert, peer.tls_client)
         try:
             async with asyncio.timeout(timeout):
                 return await self._exchange(key, head, body)
@@ -544,8 +547,8 @@ class H2PeerTransport:
             return conn
 
     def _new_origin(self, key: OriginKey) -> _Origin:
-        scheme, _, _, cacert = key
-        origin = _Origin(self._context(cacert) if scheme == "https" else None)
+        scheme, _, _, cacert, client = key
+        origin = _Origin(self._context((cacert, client)) if scheme == "https" else None)
         self._origins[key] = origin
         while len(self._origins) > self._max_origins:
             _, old = self._origins.popitem(last=False)
@@ -553,21 +556,27 @@ class H2PeerTransport:
                 old.conn.retire()
         return origin
 
-    def _context(self, cacert: Path | None) -> ssl.SSLContext:
-        ctx = self._contexts.get(cacert)
+    def _context(self, key: ContextKey) -> ssl.SSLContext:
+        ctx = self._contexts.get(key)
         if ctx is None:
+            cacert, client = key
             try:
                 ctx = ssl.create_default_context(cafile=str(cacert) if cacert is not None else None)
             except (OSError, ValueError) as exc:
                 raise PeerUnreachable(f"cannot load cacert {cacert}: {exc}") from None
+            if client is not None:
+                try:
+                    ctx.load_cert_chain(*client)
+                except (OSError, ssl.SSLError) as exc:
+                    raise PeerUnreachable(f"cannot load client certificate: {exc}") from None
             ctx.set_alpn_protocols(["h2"])
             if len(self._contexts) >= _CACHE_MAX:
                 self._contexts.clear()
-            self._contexts[cacert] = ctx
+            self._contexts[key] = ctx
         return ctx
 
     async def _connect(self, key: OriginKey, ctx: ssl.SSLContext | None) -> _Conn:
-        _, host, port, _ = key
+        _, host, port, _, _ = key
         loop = asyncio.get_running_loop()
         try:
             _, conn = await loop.create_connection(

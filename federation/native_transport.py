@@ -45,15 +45,18 @@ from ans.protocol.native import NativeResponse, NativeResponseParser, encode_req
 from .peers import NATIVE_DEFAULT_PORT, NATIVE_SCHEMES, Peer
 from .transport import PeerBadResponse, PeerError, PeerReply, PeerTimeout, PeerUnreachable
 
-Origin = tuple[bool, str, int, str | None]  # (tls, host, port, cacert)
+# (tls, host, port, cacert, our client certificate + key)
+Origin = tuple[bool, str, int, str | None, tuple[str, str] | None]
 
 
-def native_origin(url: str, cacert: str | None = None) -> Origin:
+def native_origin(
+    url: str, cacert: str | None = None, client: tuple[str, str] | None = None
+) -> Origin:
     parts = urlsplit(url)
     if parts.scheme not in NATIVE_SCHEMES or not parts.hostname:
         raise PeerUnreachable(f"not a native AGTP URL: {url[:100]!r}")
     tls = parts.scheme == "agtp"
-    return tls, parts.hostname, parts.port or NATIVE_DEFAULT_PORT, cacert
+    return tls, parts.hostname, parts.port or NATIVE_DEFAULT_PORT, cacert, client
 
 
 class _Closed(PeerError):
@@ -148,7 +151,8 @@ class NativePeerTransport:
         self._max_connections = max(1, max_connections)
         self._max_origins = max(1, max_origins)
         self._pools: OrderedDict[Origin, _Pool] = OrderedDict()
-        self._origins: dict[tuple[str, str | None], Origin] = {}  # parsed URLs
+        # parsed URLs, by (url, cacert, client certificate)
+        self._origins: dict[tuple[str, str | None, tuple[str, str] | None], Origin] = {}
 
     async def send(
         self,
@@ -160,11 +164,12 @@ class NativePeerTransport:
         timeout: float,
     ) -> PeerReply:
         cacert = str(peer.cacert) if peer.cacert is not None else None
-        origin = self._origins.get((url, cacert))
+        client = peer.tls_client
+        origin = self._origins.get((url, cacert, client))
         if origin is None:
             if len(self._origins) >= 4 * self._max_origins:
                 self._origins.clear()
-            origin = self._origins[(url, cacert)] = native_origin(url, cacert)
+            origin = self._origins[(url, cacert, client)] = native_origin(url, cacert, client)
         try:
             request = encode_request(method, headers, body)
         except ValueError as exc:
@@ -249,13 +254,15 @@ class NativePeerTransport:
 
     async def _connect(self, origin: Origin, pool: _Pool) -> _Conn:
         """Open a connection for a slot already counted in ``pool.open``."""
-        tls, host, port, cacert = origin
+        tls, host, port, cacert, client = origin
         ctx: ssl.SSLContext | None = None
-        if tls:
-            ctx = ssl.create_default_context(cafile=cacert)
-            ctx.minimum_version = ssl.TLSVersion.TLSv1_3
         loop = asyncio.get_running_loop()
         try:
+            if tls:
+                ctx = ssl.create_default_context(cafile=cacert)
+                ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+                if client is not None:
+                    ctx.load_cert_chain(*client)
             _, conn = await loop.create_connection(
                 lambda: _Conn(self._max),
                 host,

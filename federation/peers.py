@@ -8,6 +8,7 @@ TIER@URL``; every malformed value raises :class:`PeerConfigError`.
 from __future__ import annotations
 
 import re
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -95,6 +96,10 @@ class Peer:
     timeout: float | None = None
     cacert: Path | None = None
     name: str = field(default="")
+    # Our TLS client certificate for this peer (a peer in auth mode mtls lists
+    # its SubjectAltName URI in its [auth] forwarders).
+    client_cert: Path | None = None
+    client_key: Path | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -107,6 +112,13 @@ class Peer:
     @property
     def key_url(self) -> str:
         return self.jwks_url or self.url + JWKS_PATH
+
+    @property
+    def tls_client(self) -> tuple[str, str] | None:
+        """(certificate, key) paths to present in the TLS handshake, if any."""
+        if self.client_cert is None or self.client_key is None:
+            return None
+        return str(self.client_cert), str(self.client_key)
 
     def accepts_zone(self, zone: str | None) -> bool:
         return not self.zones or zone is None or zone in self.zones
@@ -160,6 +172,8 @@ _PEER_KEYS = {
     "timeout",
     "cacert",
     "name",
+    "client_cert",
+    "client_key",
 }
 
 
@@ -207,6 +221,7 @@ def peer_from_table(table: Mapping[str, Any], base: Path) -> Peer:
     name = table.get("name", "")
     if not isinstance(name, str) or len(name) > 200:
         raise PeerConfigError(f"peer {url}: name must be a short string")
+    client_cert, client_key = _client_identity(table, url, base)
     return Peer(
         url=url,
         tier=tier,
@@ -217,7 +232,35 @@ def peer_from_table(table: Mapping[str, Any], base: Path) -> Peer:
         timeout=float(timeout) if timeout is not None else None,
         cacert=cacert,
         name=name,
+        client_cert=client_cert,
+        client_key=client_key,
     )
+
+
+def _client_identity(
+    table: Mapping[str, Any], url: str, base: Path
+) -> tuple[Path | None, Path | None]:
+    """``client_cert`` + ``client_key``: both or neither, a TLS peer only, and
+    loadable now (a bad pair is a configuration error, not a peer failure)."""
+    given = [k for k in ("client_cert", "client_key") if k in table]
+    if not given:
+        return None, None
+    if len(given) == 1:
+        raise PeerConfigError(f"peer {url}: client_cert and client_key go together")
+    if urlsplit(url).scheme not in ("https", "agtp"):
+        raise PeerConfigError(f"peer {url}: client_cert needs a TLS peer (https:// or agtp://)")
+    paths = []
+    for k in given:
+        if not isinstance(table[k], str) or not table[k]:
+            raise PeerConfigError(f"peer {url}: {k} must be a path")
+        p = Path(table[k])
+        paths.append(p if p.is_absolute() else base / p)
+    cert, key = paths
+    try:
+        ssl.create_default_context().load_cert_chain(str(cert), str(key))
+    except (OSError, ssl.SSLError) as exc:
+        raise PeerConfigError(f"peer {url}: cannot load client_cert/client_key: {exc}") from None
+    return cert, key
 
 
 _SETTING_KEYS = {

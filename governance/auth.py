@@ -13,7 +13,8 @@ Two layers, each testable on its own:
   header scope ∩ token scope) and the optional ``zone``.
 
 :func:`authenticate_certificate` binds Agent-ID to a SubjectAltName URI of the
-verified client certificate. Every failure is an :class:`AuthenticationFailed`
+verified client certificate, or accepts a forwarded DISCOVER from a trusted
+forwarding ANS (``[auth] forwarders``). Every failure is an :class:`AuthenticationFailed`
 (401) with a distinct code from ``TOKEN_FAILURE_CODES`` /
 ``CERTIFICATE_FAILURE_CODES``.
 """
@@ -230,6 +231,8 @@ class Authenticated:
     identity: Identity  # the effective identity: scope = header scope ∩ token scope
     claims: TokenClaims | None = None
     certificate_uri: str | None = None
+    # mtls: the forwarding ANS (its certificate URI) that vouched for the identity
+    forwarded_by: str | None = None
 
 
 def authenticate_token(
@@ -279,17 +282,29 @@ def certificate_uris(pem: str) -> list[str]:
     return [str(u) for u in san.value.get_values_for_type(x509.UniformResourceIdentifier)]
 
 
-def authenticate_certificate(identity: Identity, chain: Sequence[str]) -> Authenticated:
+def authenticate_certificate(
+    identity: Identity,
+    chain: Sequence[str],
+    forwarders: frozenset[str] = frozenset(),
+    forwarded: bool = False,
+) -> Authenticated:
     """Agent-ID must equal one SubjectAltName URI of the (already verified)
-    client certificate, ``chain[0]``."""
+    client certificate, ``chain[0]`` -- or, for a ``forwarded`` request (a
+    DISCOVER on a federation path), the certificate names one of the trusted
+    ``forwarders``: a peer ANS that authenticated the caller itself and passes
+    the caller's identity headers on unchanged."""
     if not chain:
         raise AuthenticationFailed(
             "this ANS requires a TLS client certificate", code="client_certificate_required"
         )
     uris = certificate_uris(chain[0])
-    if identity.agent_id not in uris:
-        raise AuthenticationFailed(
-            "Agent-ID is not a SubjectAltName URI of the client certificate",
-            code="certificate_identity_mismatch",
-        )
-    return Authenticated(identity, certificate_uri=identity.agent_id)
+    if identity.agent_id in uris:
+        return Authenticated(identity, certificate_uri=identity.agent_id)
+    if forwarded:
+        forwarder = next((u for u in uris if u in forwarders), None)
+        if forwarder is not None:
+            return Authenticated(identity, certificate_uri=forwarder, forwarded_by=forwarder)
+    raise AuthenticationFailed(
+        "Agent-ID is not a SubjectAltName URI of the client certificate",
+        code="certificate_identity_mismatch",
+    )

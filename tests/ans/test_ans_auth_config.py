@@ -51,6 +51,7 @@ def test_auth_and_rate_limit_sections(tmp_path: Path) -> None:
         ('[rate_limit]\nburst = "many"\n', "wrong type"),
         ("[rate_limit]\nspeed = 3\n", "unknown key"),
         ('[auth]\nissuer = "x"\n', "unknown key"),
+        ('[auth]\nforwarders = ["agtp://a.example/agents/ans"]\n', "only in auth mode mtls"),
     ],
 )
 def test_bad_auth_config(tmp_path: Path, text: str, message: str) -> None:
@@ -67,3 +68,19 @@ def test_mtls_complete(tmp_path: Path) -> None:
         )
     )
     assert cfg.auth_mode == "mtls" and cfg.tls_client_ca == tmp_path / "ca.pem"
+
+
+MTLS = '[server]\ntls_certfile = "c"\ntls_keyfile = "k"\ntls_client_ca = "ca.pem"\n'
+
+
+def test_mtls_forwarders(tmp_path: Path) -> None:
+    cfg = load(
+        write(
+            tmp_path,
+            MTLS + '[auth]\nmode = "mtls"\nforwarders = ["agtp://a.example/agents/ans"]\n',
+        )
+    )
+    assert cfg.auth_forwarders == ("agtp://a.example/agents/ans",)
+    for bad in ('"agtp://a"', '["no scheme"]', '["agtp://a b"]', "[1]", '[""]'):
+        with pytest.raises(ConfigError, match="forwarders"):
+            load(write(tmp_path, MTLS + f'[auth]\nmode = "mtls"\nforwarders = {bad}\n'))

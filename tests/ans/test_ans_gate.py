@@ -70,7 +70,9 @@ def make_app(
 ) -> Iterator[Callable[..., tuple[AnsApp, AnsService, Ticker]]]:
     services: list[AnsService] = []
 
-    def make(mode: str = "open", **rate: Any) -> tuple[AnsApp, AnsService, Ticker]:
+    def make(
+        mode: str = "open", forwarders: tuple[str, ...] = (), **rate: Any
+    ) -> tuple[AnsApp, AnsService, Ticker]:
         d = tmp_path / f"svc{len(services)}"
         d.mkdir()
         cfg = Config(
@@ -78,6 +80,7 @@ def make_app(
             agent_id=ANS_ID,
             restricted_zones=("zone:healthcare",),
             auth_mode=mode,
+            auth_forwarders=forwarders,
             token_issuer=ISSUER,
             rate_limit=RateLimitSettings(**rate),
         )
@@ -302,6 +305,28 @@ def test_mtls_agent_id_must_be_a_certificate_san_uri(make_app: Any) -> None:
     assert status == 401 and body["error"]["code"] == "client_certificate_required"
     rec = audit_events(svc)[-1]
     assert rec["event"] == "authentication_failed" and rec["auth_mode"] == "mtls"
+
+
+def test_mtls_a_trusted_forwarder_may_speak_for_its_caller_on_a_federation_path(
+    make_app: Any,
+) -> None:
+    fwd = "agtp://ans-a.example/agents/ans"
+    app, svc, _ = make_app("mtls", forwarders=(fwd,))
+    on_path = {"agtp-federation-path": "kidOfA"}
+    status, _, body = call(app, tls_chain=[_cert(fwd)], headers=on_path)
+    assert status == 200 and body["result"]["returned"] >= 1
+    rec = [r for r in audit_events(svc) if r["event"] == "authentication_forwarded"]
+    assert len(rec) == 1 and rec[0]["forwarded_by"] == fwd and rec[0]["agent_id"] == AGENT
+    # Without a federation path the forwarder is only itself ...
+    status, _, body = call(app, tls_chain=[_cert(fwd)])
+    assert status == 401 and body["error"]["code"] == "certificate_identity_mismatch"
+    # ... and a certificate that is not a listed forwarder gets nothing from the path.
+    other = _cert("agtp://ans-x.example/agents/ans")
+    status, _, body = call(app, tls_chain=[other], headers=on_path)
+    assert status == 401 and body["error"]["code"] == "certificate_identity_mismatch"
+    # The caller's scope still decides: the forwarder cannot lift a 451.
+    status, _, body = call(app, tls_chain=[_cert(fwd)], headers=on_path, scope="agents:delegate")
+    assert status == 451
 
 
 # -- federation forwards the token --------------------------------------------------------

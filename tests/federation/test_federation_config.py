@@ -227,3 +227,31 @@ def test_native_listen_setting(tmp_path: Path) -> None:
     cfg_file.write_text('[server]\nnative_listen = "127.0.0.1:http"\n')
     with pytest.raises(ConfigError, match="native_listen"):
         load(cfg_file)
+
+
+def test_peer_client_certificate(tmp_path: Path, tls_cert: tuple[Path, Path]) -> None:
+    cert, key = tls_cert
+    cfg_file = tmp_path / "ans.toml"
+    peer = '[[federation.peers]]\nurl = "{url}"\ntier = 2\n'
+    pair = f'client_cert = "{cert.name}"\nclient_key = "{key.name}"\n'  # relative to the file
+    cfg_file.write_text(peer.format(url="https://a") + pair)
+    loaded = load(cfg_file).peers[0]
+    assert (loaded.client_cert, loaded.client_key) == (cert, key)
+    assert loaded.tls_client == (str(cert), str(key))
+    cfg_file.write_text(peer.format(url="agtp://a:4490") + pair)
+    assert load(cfg_file).peers[0].tls_client == (str(cert), str(key))
+    bad = {
+        peer.format(url="https://a") + f'client_cert = "{cert}"\n': "go together",
+        peer.format(url="http://a") + pair: "needs a TLS peer",
+        peer.format(url="agtp+cleartext://a:1") + pair: "needs a TLS peer",
+        peer.format(url="https://a") + f'client_cert = "{key}"\nclient_key = "{key}"\n': "load",
+        peer.format(url="https://a") + 'client_cert = "nope.pem"\nclient_key = "nope.key"\n': (
+            "load"
+        ),
+        peer.format(url="https://a") + "client_cert = 1\nclient_key = 2\n": "must be a path",
+    }
+    for body, message in bad.items():
+        cfg_file.write_text(body)
+        with pytest.raises(ConfigError, match=message):
+            load(cfg_file)
+    assert parse_peer_flag("2@https://a").tls_client is None

@@ -223,13 +223,15 @@ def test_request_as_sent_and_sequential_requests_reuse_one_connection() -> None:
 
 
 def test_native_origin() -> None:
-    assert native_origin("agtp://ans.example") == (True, "ans.example", 8080, None)
+    assert native_origin("agtp://ans.example") == (True, "ans.example", 8080, None, None)
     assert native_origin("agtp+cleartext://127.0.0.1:9/", "ca.pem") == (
         False,
         "127.0.0.1",
         9,
         "ca.pem",
+        None,
     )
+    assert native_origin("agtp://h:1", None, ("c.pem", "k.pem"))[4] == ("c.pem", "k.pem")
     for bad in ("http://127.0.0.1:9", "agtp://", "ftp://x"):
         with pytest.raises(PeerUnreachable):
             native_origin(bad)

@@ -13,6 +13,7 @@ show the alg pin rejects them (``token_algorithm_not_allowed``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -338,3 +339,24 @@ def test_certificate_san_uri_binds_agent_id() -> None:
     with pytest.raises(AuthenticationFailed) as info:
         authenticate_certificate(ident(), [])
     assert info.value.code == "client_certificate_required"
+
+
+def test_a_trusted_forwarder_vouches_for_forwarded_requests_only() -> None:
+    fwd = "agtp://ans-a.example/agents/ans"
+    chain = [_cert([fwd])]
+    ok = authenticate_certificate(ident(), chain, frozenset({fwd}), forwarded=True)
+    assert ok.forwarded_by == fwd and ok.certificate_uri == fwd
+    assert ok.identity == ident()  # the caller's identity, unchanged
+    refused = (
+        (frozenset({fwd}), False),  # not on a federation path: its own identity only
+        (frozenset({"agtp://other.example/agents/ans"}), True),  # not a trusted forwarder
+        (frozenset(), True),
+    )
+    for forwarders, forwarded in refused:
+        with pytest.raises(AuthenticationFailed) as info:
+            authenticate_certificate(ident(), chain, forwarders, forwarded=forwarded)
+        assert info.value.code == "certificate_identity_mismatch"
+    # A forwarder speaking for itself is an ordinary caller.
+    itself = dataclasses.replace(ident(), agent_id=fwd)
+    own = authenticate_certificate(itself, chain, frozenset({fwd}), forwarded=True)
+    assert own.forwarded_by is None and own.certificate_uri == fwd

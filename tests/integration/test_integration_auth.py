@@ -244,6 +244,65 @@ def test_mtls_on_the_native_listener(tmp_path: Path, server_factory: Any) -> Non
     assert len(failures) == 1 and failures[0]["auth_mode"] == "mtls"
 
 
+# -- federation to a peer in mtls mode -------------------------------------------------------
+
+
+def test_federation_to_an_mtls_peer(tmp_path: Path, server_factory: Any) -> None:
+    """A forwarding ANS presents its own client certificate; the peer (mtls
+    mode) lists that certificate's URI in ``[auth] forwarders`` and answers
+    for the caller the forwarded headers name, over HTTP/2 and the native
+    framing. A certificate it does not list is refused with 401, and no
+    certificate at all fails the handshake: both are warnings, never errors."""
+    ca, ca_crt, _, cfg = _mtls_setup(tmp_path, 'native_listen = "127.0.0.1:0"\n')
+    a_id = "agtp://ans-a.test/agents/ans"
+    cfg.write_text(cfg.read_text() + f'forwarders = ["{a_id}"]\n')
+    p_data = tmp_path / "p"
+    peer = server_factory(p_data, "--config", str(cfg), "--demo")
+    assert peer.native_url is not None
+
+    def cert(name: str, uri: str) -> tuple[Path, Path]:
+        return _write(tmp_path, name, *_issue(ca, name, [x509.UniformResourceIdentifier(uri)]))
+
+    def forwarder(name: str, url: str, pair: tuple[Path, Path] | None) -> Any:
+        toml = tmp_path / f"{name}.toml"
+        text = f'[[federation.peers]]\nurl = "{url}"\ntier = 2\ncacert = "{ca_crt}"\n'
+        if pair is not None:
+            text += f'client_cert = "{pair[0]}"\nclient_key = "{pair[1]}"\n'
+        toml.write_text(text)
+        return server_factory(tmp_path / name, "--config", str(toml))
+
+    def ask(srv: Any) -> dict[str, Any]:
+        with httpx.Client(base_url=srv.url, http1=False, http2=True, timeout=20) as c:
+            resp = c.request("DISCOVER", "/", headers=IDENTITY, content=BODY)
+        assert resp.status_code == 200, resp.text
+        result: dict[str, Any] = resp.json()["result"]
+        return result
+
+    ours = cert("ans-a", a_id)
+    for url in (peer.url, peer.native_url):
+        result = ask(forwarder(f"a-{url.split(':')[0]}", url, ours))
+        assert "warnings" not in result or not result["warnings"], result.get("warnings")
+        assert result["returned"] >= 1 and len(result["federation_path"]) == 2
+        assert all(r["provenance"]["peer"]["url"] == url for r in result["results"])
+    forwarded = [r for r in audit(p_data) if r["event"] == "authentication_forwarded"]
+    assert len(forwarded) == 2
+    assert {(r["forwarded_by"], r["agent_id"], r["auth_mode"]) for r in forwarded} == {
+        (a_id, AGENT, "mtls")
+    }
+
+    unlisted = cert("ans-x", "agtp://ans-x.test/agents/ans")
+    result = ask(forwarder("x", peer.url, unlisted))
+    assert result["returned"] == 0
+    assert [(w["code"], w["peer"]) for w in result["warnings"]] == [("peer_error", peer.url)]
+    assert "401" in result["warnings"][0]["message"]
+    assert "certificate_identity_mismatch" in result["warnings"][0]["message"]
+    result = ask(forwarder("none", peer.url, None))
+    assert result["returned"] == 0
+    assert [w["code"] for w in result["warnings"]] == ["peer_key_unavailable"]
+    failed = [r for r in audit(p_data) if r["event"] == "authentication_failed"]
+    assert [r["code"] for r in failed] == ["certificate_identity_mismatch"]
+
+
 # -- rate limits -----------------------------------------------------------------------------
 
 
