@@ -141,31 +141,40 @@ class RequestGate:
                     identity, creds.client_cert_chain, self.forwarders, forwarded
                 )
                 if auth.forwarded_by is not None:
-                    self.audit.record(
+                    self._audit_auth(
                         "authentication_forwarded",
-                        auth_mode=self.mode,
+                        method,
+                        identity,
+                        task_id,
                         forwarded_by=auth.forwarded_by,
-                        method=method,
-                        agent_id=identity.agent_id,
-                        principal_id=identity.principal_id,
-                        task_id=task_id,
                     )
                 return auth
         except AgtpError as exc:
-            self.audit.record(
+            self._audit_auth(
                 "authentication_failed",
+                method,
+                identity,
+                task_id,
                 status=exc.status,
                 code=exc.code,
                 reason=exc.message,
-                auth_mode=self.mode,
-                method=method,
-                agent_id=identity.agent_id,
-                principal_id=identity.principal_id,
-                task_id=task_id,
                 zone_header=creds.zone_header[:128] if creds.zone_header else None,
             )
             raise
         return Authenticated(identity)
+
+    def _audit_auth(
+        self, event: str, method: str, identity: Identity, task_id: str | None, **fields: Any
+    ) -> None:
+        self.audit.record(
+            event,
+            **fields,
+            auth_mode=self.mode,
+            method=method,
+            agent_id=identity.agent_id,
+            principal_id=identity.principal_id,
+            task_id=task_id,
+        )
 
     def _rate_limit(self, method: str, identity: Identity, task_id: str | None) -> None:
         decision = self.limiter.check(identity.agent_id, method)
