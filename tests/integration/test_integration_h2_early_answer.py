@@ -1,0 +1,173 @@
+"""A request ANS answers before reading its body (a bad header, no
+AGTP-Method) must cost only that request: the body the client goes on sending
+is dropped (RST_STREAM NO_ERROR, RFC 9113 section 8.1), other requests in
+flight on the same HTTP/2 connection are answered, the connection stays
+usable, and the server still stops on SIGTERM (``ans.h2guard``)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.events
+import pytest
+
+from ans.launcher import RunningServer
+
+BODY = json.dumps(
+    {"method": "DISCOVER", "task_id": "t-good", "parameters": {"intent": "audit contracts"}}
+).encode()
+IDENTITY = [
+    ("agent-id", "agtp://o.example/agents/orch"),
+    ("principal-id", "usr-1"),
+    ("authority-scope", "discovery:query"),
+    ("content-type", "application/agtp+json"),
+]
+
+
+@dataclass
+class Answer:
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    ended: bool = False
+    reset: int | None = None  # RST_STREAM error code
+
+
+class RawH2:
+    """A minimal h2c client that can leave a request body unsent."""
+
+    def __init__(self, url: str) -> None:
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        self.authority = f"{host}:{port}"
+        self.sock = socket.create_connection((host, int(port)), timeout=10)
+        config = h2.config.H2Configuration(client_side=True, header_encoding="utf-8")
+        self.conn = h2.connection.H2Connection(config)
+        self.conn.initiate_connection()
+        self.answers: dict[int, Answer] = {}
+        self.terminated = False
+        self._flush()
+
+    def _flush(self) -> None:
+        self.sock.sendall(self.conn.data_to_send())
+
+    def start(self, method: str, path: str, extra: Sequence[tuple[str, str]] = ()) -> int:
+        sid = self.conn.get_next_available_stream_id()
+        pseudo = [
+            (":method", method),
+            (":path", path),
+            (":scheme", "http"),
+            (":authority", self.authority),
+        ]
+        self.conn.send_headers(sid, [*pseudo, *IDENTITY, *extra], end_stream=False)
+        self.answers[sid] = Answer()
+        self._flush()
+        return sid
+
+    def finish(self, sid: int, body: bytes = BODY, *, end: bool = True) -> None:
+        self.conn.send_data(sid, body, end_stream=end)
+        self._flush()
+
+    def wait(self, sid: int, *, reset: bool = False, seconds: float = 10.0) -> Answer:
+        """Read until the stream's answer is complete (or, with ``reset``,
+        until it is reset); bounded in time."""
+        deadline = time.monotonic() + seconds
+        answer = self.answers[sid]
+        while not (answer.reset is not None if reset else answer.ended):
+            if self.terminated or time.monotonic() > deadline:
+                raise AssertionError(f"stream {sid}: no answer; connection gone: {self.terminated}")
+            data = self.sock.recv(65536)
+            if not data:
+                self.terminated = True
+                continue
+            for event in self.conn.receive_data(data):
+                self._event(event)
+            self._flush()
+        return answer
+
+    def _event(self, event: Any) -> None:
+        if isinstance(event, h2.events.ResponseReceived):
+            # header_encoding="utf-8": names and values are str
+            self.answers[event.stream_id].headers = {str(k): str(v) for k, v in event.headers}
+        elif isinstance(event, h2.events.DataReceived):
+            self.answers[event.stream_id].body += event.data
+            self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+        elif isinstance(event, h2.events.StreamEnded):
+            self.answers[event.stream_id].ended = True
+        elif isinstance(event, h2.events.StreamReset):
+            self.answers[event.stream_id].reset = event.error_code
+        elif isinstance(event, h2.events.ConnectionTerminated):
+            self.terminated = True
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def assert_answered(answer: Answer) -> None:
+    assert answer.headers.get(":status") == "200", answer.headers
+    assert answer.headers.get("agtp-status") == "200"
+    doc = json.loads(answer.body)
+    assert doc["status"] == 200 and doc["task_id"] == "t-good"
+    assert doc["result"]["returned"] >= 1
+
+
+@pytest.mark.parametrize("whole", [True, False], ids=["whole-body", "part-of-the-body"])
+@pytest.mark.parametrize(
+    ("method", "path", "extra", "code"),
+    [
+        ("POST", "/agtp", [], "missing_agtp_method"),
+        ("DISCOVER", "/", [("principal-id", "usr-2")], "duplicate_header"),
+        ("DISCOVER", "/", [("x-filler", "x" * 20_000)], "header_too_large"),
+    ],
+)
+def test_an_early_answer_costs_only_its_own_request(
+    demo: RunningServer,
+    method: str,
+    path: str,
+    extra: list[tuple[str, str]],
+    code: str,
+    whole: bool,
+) -> None:
+    client = RawH2(demo.url)
+    try:
+        good = client.start("DISCOVER", "/")  # its body still to come
+        bad = client.start(method, path, extra)
+        early = client.wait(bad)
+        assert early.headers.get(":status") == "400"
+        assert json.loads(early.body)["error"]["code"] == code
+        # The client goes on sending the body nobody reads: all of it, or a
+        # part, after which it is asked to stop (RST_STREAM NO_ERROR).
+        client.finish(bad, BODY if whole else BODY[:10], end=whole)
+        if not whole:
+            assert client.wait(bad, reset=True).reset == 0
+        client.finish(good)
+        assert_answered(client.wait(good))
+        again = client.start("DISCOVER", "/")  # the connection is still usable
+        client.finish(again)
+        assert_answered(client.wait(again))
+    finally:
+        client.close()
+
+
+def test_the_server_still_stops_after_early_answers(tmp_path: Path, server_factory: Any) -> None:
+    srv = server_factory(tmp_path / "data", "--demo")
+    client = RawH2(srv.url)
+    try:
+        for _ in range(3):
+            bad = client.start("POST", "/agtp")
+            client.wait(bad)
+            client.finish(bad)
+        good = client.start("DISCOVER", "/")
+        client.finish(good)
+        assert_answered(client.wait(good))
+    finally:
+        client.close()
+    srv.proc.terminate()
+    srv.proc.wait(timeout=10)  # raises TimeoutExpired if SIGTERM is ignored
+    assert srv.proc.returncode is not None
