@@ -38,7 +38,7 @@ from ans.governance.audit import AuditLog
 from ans.governance.keys import SigningKey, TrustedKeys
 from ans.governance.policy import ZonePolicy
 
-from . import h2guard
+from . import hypercorn_fixes
 from .ann import AnnSettings
 from .app import AnsApp
 from .config import Config
@@ -367,7 +367,7 @@ def serve_forever(
     native_at = config.native_host_port
     native_tls = native_ssl_context(config) if native_at is not None else None
     hc = hypercorn_config(config, sock)
-    h2guard.install()  # request data after an early answer must not drop the connection
+    hypercorn_fixes.install()  # late request data, closed connections: see the module
     # hypercorn does not hand the peer certificate to the app; in mtls mode
     # our accept loop adds it as the ASGI TLS extension (see ans.mtls).
     serve_fn = serve_with_client_certs if config.auth_mode == "mtls" else serve

@@ -1,8 +1,12 @@
-"""A request ANS answers before reading its body (a bad header, no
-AGTP-Method) must cost only that request: the body the client goes on sending
-is dropped (RST_STREAM NO_ERROR, RFC 9113 section 8.1), other requests in
-flight on the same HTTP/2 connection are answered, the connection stays
-usable, and the server still stops on SIGTERM (``ans.h2guard``)."""
+"""HTTP/2 connections under misuse (``ans.hypercorn_fixes``).
+
+* A request ANS answers before reading its body (a bad header, no
+  AGTP-Method) costs only that request: the body the client goes on sending
+  is dropped (RST_STREAM NO_ERROR, RFC 9113 section 8.1), other requests in
+  flight on the same connection are answered, the connection stays usable,
+  and the server still stops on SIGTERM.
+* A connection its client has closed is closed by the server at once, not
+  held in CLOSE-WAIT for the keep-alive timeout."""
 
 from __future__ import annotations
 
@@ -171,3 +175,39 @@ def test_the_server_still_stops_after_early_answers(tmp_path: Path, server_facto
     srv.proc.terminate()
     srv.proc.wait(timeout=10)  # raises TimeoutExpired if SIGTERM is ignored
     assert srv.proc.returncode is not None
+
+
+def close_wait_sockets(port: int) -> int:
+    """Server-side TCP sockets on this port whose client has closed but the
+    server has not (CLOSE_WAIT, state 08 in /proc/net/tcp)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, state = fields[1], fields[3]
+            count += state == "08" and int(local.rsplit(":", 1)[1], 16) == port
+    return count
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux /proc/net/tcp")
+def test_connections_the_clients_closed_are_closed_at_once(demo: RunningServer) -> None:
+    """The server keeps idle connections for keep_alive_timeout (300 s), but
+    one whose client has closed it is closed right away, not held for that
+    long in CLOSE-WAIT with its file descriptor."""
+    port = int(demo.url.rsplit(":", 1)[1])
+    for _ in range(20):
+        client = RawH2(demo.url)
+        try:
+            sid = client.start("DISCOVER", "/")
+            client.finish(sid)
+            assert_answered(client.wait(sid))
+        finally:
+            client.close()
+    deadline = time.monotonic() + 5.0
+    while close_wait_sockets(port) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert close_wait_sockets(port) == 0

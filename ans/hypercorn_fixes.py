@@ -1,0 +1,117 @@
+"""Two fixes to hypercorn 0.18's connection handling, installed once per
+process by :func:`install` (``ans serve`` calls it before serving).
+
+**Request data after the response** (HTTP/2). ANS answers some bad requests
+before it reads their body (a missing AGTP-Method, a duplicate or oversized
+header, a body on GET, a body over the size limit). HTTP/2 allows that
+(RFC 9113, section 8.1). hypercorn forgets a stream as soon as its response is
+complete, and when the client then sends the rest of the body, it looks the
+stream up, raises ``KeyError`` and drops the whole connection: every other
+request in flight on it gets an empty 500, and the failed connection task
+could keep the server from stopping on SIGTERM. Every event still goes to
+hypercorn, one at a time, except DATA and END_STREAM for a stream it has
+closed: those are dropped, the DATA's bytes go back to the connection's
+flow-control window, and the client is asked to stop sending that body
+(RST_STREAM NO_ERROR, as section 8.1 suggests).
+
+**A connection the client has closed.** When the client closes its end,
+hypercorn stops reading but keeps the socket until the keep-alive timer runs
+out (``keep_alive_timeout``, 300 s by default for long-lived AGTP sessions),
+so each connection a client opens and closes holds a file descriptor in
+CLOSE-WAIT for minutes, and a client that churns connections can exhaust
+them. Once reading has ended (end of stream, a read error or the read
+timeout; hypercorn has then already closed the connection's streams), the
+socket is closed at once instead of after the keep-alive wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import h2.errors
+import h2.events
+import h2.exceptions
+from hypercorn.asyncio.tcp_server import TCPServer
+from hypercorn.protocol.h2 import H2Protocol
+
+_INSTALLED = "_ans_hypercorn_fixes"
+_GONE = "_ans_client_gone"
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def install() -> None:
+    """Install both fixes (idempotent)."""
+    if getattr(H2Protocol._handle_events, _INSTALLED, False):
+        return
+    _guard_late_request_data()
+    _close_when_the_client_has_gone()
+
+
+def _mark(fn: F) -> F:
+    setattr(fn, _INSTALLED, True)
+    return fn
+
+
+# -- request data after the response ------------------------------------------------------
+
+
+def _guard_late_request_data() -> None:
+    original = H2Protocol._handle_events
+
+    async def handle_events(self: Any, events: list[h2.events.Event]) -> None:
+        for event in events:
+            if _after_response(self, event):
+                await _drop(self, event)
+            else:
+                await original(self, [event])
+
+    H2Protocol._handle_events = _mark(handle_events)  # type: ignore[method-assign]
+
+
+def _after_response(proto: Any, event: h2.events.Event) -> bool:
+    """Body data or end of body for a stream hypercorn has closed."""
+    return (
+        isinstance(event, (h2.events.DataReceived, h2.events.StreamEnded))
+        and event.stream_id not in proto.streams
+    )
+
+
+async def _drop(proto: Any, event: h2.events.Event) -> None:
+    if not isinstance(event, h2.events.DataReceived):
+        return  # END_STREAM alone: nothing was held back
+    stream_id = event.stream_id
+    assert stream_id is not None
+    proto.connection.acknowledge_received_data(event.flow_controlled_length or 0, stream_id)
+    if event.stream_ended is None:
+        try:
+            proto.connection.reset_stream(stream_id, h2.errors.ErrorCodes.NO_ERROR)
+        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+            pass  # already reset or closed: nothing more to ask
+    await proto._flush()
+
+
+# -- a connection the client has closed -----------------------------------------------------
+
+
+def _close_when_the_client_has_gone() -> None:
+    read_data = TCPServer._read_data
+    idle_timeout = TCPServer._idle_timeout
+
+    async def read_until_gone(self: Any) -> None:
+        try:
+            await read_data(self)
+        finally:
+            setattr(self, _GONE, True)
+        # Restart the idle timer: with the client gone it closes at once.
+        await self.idle_task.restart(self._task_group, self._idle_timeout)
+
+    async def close_or_keep_alive(self: Any) -> None:
+        if getattr(self, _GONE, False):
+            await asyncio.shield(self._initiate_server_close())
+        else:
+            await idle_timeout(self)
+
+    TCPServer._read_data = _mark(read_until_gone)  # type: ignore[method-assign]
+    TCPServer._idle_timeout = _mark(close_or_keep_alive)  # type: ignore[method-assign]
