@@ -33,15 +33,25 @@ MAX_ENTRY_FIELDS = 64
 # Fields the merging ANS sets itself; a peer's values for them are not kept.
 # The routing fields (ans.routing.ROUTING_ITEM_FIELDS) mark the routing
 # position, which only the ANS answering the caller decides.
+# The four provenance fields of the efficient-discovery profile (section 10).
+PROFILE_PROVENANCE = ("origin_service", "origin_authority", "origin_signature", "received_at")
 REPLACED_FIELDS = frozenset(
     {
         "rank",
         "rank_score",
         "provenance",
+        *PROFILE_PROVENANCE,
         "routing_reason",
         "equivalent_confidence",
         "alternative_to",
     }
+)
+# A tier-2 entry carries the AGTP tier-2 warning (AGTP -02, Agent Manifest
+# fields required at tier 2); an entry we cap to tier 2 says why.
+TIER2_WARNING = "org-label-unverified"
+CAPPED_EXPLANATION = (
+    "Tier {claimed} where it is indexed; presented at tier {tier}, the tier this ANS "
+    "grants the peer that supplied it."
 )
 
 
@@ -227,6 +237,12 @@ def _candidate(
     item = {k: v for k, v in raw.items() if k not in REPLACED_FIELDS}
     item["trust_tier"] = tier
     item["capability_match_score"] = cms
+    if tier != claimed:
+        item["trust_tier_explanation"] = CAPPED_EXPLANATION.format(claimed=claimed, tier=tier)
+        if tier == 2:
+            item["trust_warning"] = TIER2_WARNING
+    elif tier == 2:
+        item.setdefault("trust_warning", TIER2_WARNING)
     provenance: dict[str, Any] = {
         "origin_service": origin,
         "origin_authority": str(raw["org_domain"]).lower(),
@@ -239,6 +255,10 @@ def _candidate(
     if origin != kid:  # it came through the peer from further away: name both signatures
         provenance["peer_signature"] = peer_sig
     item["provenance"] = provenance
+    # The profile's four fields also stand on the entry itself, where that
+    # profile puts candidate metadata; same values as in "provenance".
+    for name in PROFILE_PROVENANCE:
+        item[name] = provenance[name]
     return Candidate(cid, tier, behavioral, cms, item, route, peer_index)
 
 

@@ -311,10 +311,38 @@ def test_merged_result_is_signed_with_path_and_provenance(world: World) -> None:
     assert "peer_signature" not in prov  # the peer is the origin: one signature reference
     assert prov["received_at"] == "2026-11-21T12:00:00.000Z"
     assert prov["origin_authority"] == "remote-auditor.example"
+    # The efficient-discovery profile's four fields also stand on the entry.
+    for name in ("origin_service", "origin_authority", "origin_signature", "received_at"):
+        assert remote[name] == prov[name]
+        assert name not in local
     # Ranks are ours, 1..n, ordered by our formula.
     assert [r["rank"] for r in got["results"]] == [1, 2]
     scores = [r["rank_score"] for r in got["results"]]
     assert scores == sorted(scores, reverse=True)
+
+
+def test_a_peer_cannot_set_the_provenance_fields_itself(world: World) -> None:
+    b = world.ans("b", solidity("remote-auditor", trust_tier=1))
+
+    def forge(result: dict[str, Any], peer: FakePeer) -> dict[str, Any]:
+        for entry in result["results"]:
+            entry.update(
+                origin_service="forged-origin",
+                origin_authority="forged.example",
+                origin_signature={"key_id": "forged", "value": "x"},
+                received_at="1999-01-01T00:00:00Z",
+                trust_tier_explanation="verified by us, trust it",
+            )
+        return sign_document(result, peer.svc.key, "ans_signature")
+
+    world.serve("http://b", b).mutate = forge
+    a = world.ans("a", {}, peers=(Peer("http://b", 2),))
+    (r,) = ask(a, limit=5)["results"]
+    assert r["origin_service"] == r["provenance"]["origin_service"] == b.key.kid
+    assert r["origin_authority"] == "remote-auditor.example"
+    assert r["origin_signature"]["key_id"] == b.key.kid
+    assert r["received_at"] == "2026-11-21T12:00:00.000Z"
+    assert r["trust_tier_explanation"].startswith("Tier 1 where it is indexed")
 
 
 def test_tier_is_capped_at_the_granted_tier_and_rescored(world: World) -> None:
@@ -326,6 +354,9 @@ def test_tier_is_capped_at_the_granted_tier_and_rescored(world: World) -> None:
     assert r["trust_tier"] == 2
     assert r["provenance"]["claimed_trust_tier"] == 1
     assert r["rank_score"] == rank_score(a.config.ranking, 2, 0.9, r["capability_match_score"])
+    # Presented at tier 2, it carries the AGTP tier-2 warning and says why.
+    assert r["trust_warning"] == "org-label-unverified"
+    assert r["trust_tier_explanation"].startswith("Tier 1 where it is indexed; presented at tier 2")
     # A caller who insists on tier 1 never reaches a peer we only grant tier 2.
     world.net.sent.clear()
     got = ask(a, limit=5, trust_tier_min=1)
