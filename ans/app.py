@@ -19,7 +19,12 @@ from typing import Any, Protocol
 import orjson
 import structlog
 
-from ans.protocol.binding import agtp_method, header_map, response_headers
+from ans.protocol.binding import (
+    agtp_method,
+    header_map,
+    refused_headers_task_id,
+    response_headers,
+)
 from ans.protocol.errors import (
     AgtpError,
     BodyTooLarge,
@@ -96,7 +101,11 @@ class AnsApp:
             return
         task_id: str | None = None
         try:
-            headers = header_map(scope["headers"])
+            try:
+                headers = header_map(scope["headers"])
+            except AgtpError:
+                task_id = refused_headers_task_id(scope["headers"])
+                raise
             task_id = task_id_hint(headers)
             method = agtp_method(scope["method"], scope["path"], headers)
             if method is None:

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from .errors import HeaderTooLarge, InvalidHeader, MissingHeader
-from .messages import AGTP_VERSION, CONTENT_TYPE
+from .messages import AGTP_VERSION, CONTENT_TYPE, task_id_hint
 
 MAX_HEADER_BYTES = 16 * 1024
 MAX_HEADER_COUNT = 100
@@ -46,6 +46,20 @@ def header_map(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
         else:
             out[name] = value
     return out
+
+
+def refused_headers_task_id(raw: Iterable[tuple[bytes, bytes]]) -> str | None:
+    """The Task-ID to echo when :func:`header_map` refused the headers (a
+    repeated identity header, too many or too large): the ``task-id`` header if
+    it was sent exactly once and is a valid Task-ID, else None. Reads at most
+    ``MAX_HEADER_COUNT`` fields."""
+    found: list[str] = []
+    for i, (name_b, value_b) in enumerate(raw):
+        if i >= MAX_HEADER_COUNT:
+            break
+        if name_b.lower() == b"task-id":
+            found.append(value_b.decode("latin-1"))
+    return task_id_hint({"task-id": found[0]}) if len(found) == 1 else None
 
 
 def agtp_method(http_method: str, path: str, headers: Mapping[str, str]) -> str | None:

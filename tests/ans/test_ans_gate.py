@@ -121,6 +121,7 @@ def call(
     token: str | None = None,
     headers: dict[str, str] | None = None,
     tls_chain: list[str] | None = None,
+    raw_extra: list[tuple[str, str]] | None = None,  # sent as well, repeats included
 ) -> tuple[int, dict[str, str], dict[str, Any]]:
     hdrs = {"agent-id": AGENT, "principal-id": "usr-1", "authority-scope": scope}
     if token is not None:
@@ -131,7 +132,7 @@ def call(
         "type": "http",
         "method": method,
         "path": "/",
-        "headers": [(k.encode(), v.encode()) for k, v in hdrs.items()],
+        "headers": [(k.encode(), v.encode()) for k, v in [*hdrs.items(), *(raw_extra or [])]],
         "extensions": {},
     }
     if tls_chain is not None:
@@ -305,6 +306,15 @@ def test_mtls_agent_id_must_be_a_certificate_san_uri(make_app: Any) -> None:
     assert status == 401 and body["error"]["code"] == "client_certificate_required"
     rec = audit_events(svc)[-1]
     assert rec["event"] == "authentication_failed" and rec["auth_mode"] == "mtls"
+
+
+def test_a_refused_header_set_still_echoes_its_task_id(make_app: Any) -> None:
+    app, _, _ = make_app()
+    status, headers, body = call(
+        app, headers={"task-id": "t-echo"}, raw_extra=[("principal-id", "usr-2")]
+    )
+    assert status == 400 and body["error"]["code"] == "duplicate_header"
+    assert body["task_id"] == "t-echo" and headers["task-id"] == "t-echo"
 
 
 def test_mtls_a_trusted_forwarder_may_speak_for_its_caller_on_a_federation_path(

@@ -464,6 +464,15 @@ def test_header_map_rejects_repeated_identity_header(name: bytes) -> None:
     expect(InvalidHeader, 400, "duplicate_header", binding.header_map, raw)
 
 
+def test_task_id_of_refused_headers() -> None:
+    dup = [(b"task-id", b"t-7"), (b"principal-id", b"a"), (b"principal-id", b"b")]
+    assert binding.refused_headers_task_id(dup) == "t-7"
+    assert binding.refused_headers_task_id([(b"Task-ID", b" t-8 ")]) == "t-8"
+    assert binding.refused_headers_task_id([(b"task-id", b"a"), (b"task-id", b"b")]) is None
+    assert binding.refused_headers_task_id([(b"task-id", b"x" * 1000)]) is None
+    assert binding.refused_headers_task_id([(b"x", b"y")] * 200 + [(b"task-id", b"t")]) is None
+
+
 def test_response_headers() -> None:
     headers = dict(binding.response_headers(200, "t-1", "agtp://ans.example"))
     assert headers[b"agtp-version"] == b"AGTP/1.0"
