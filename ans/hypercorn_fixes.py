@@ -1,5 +1,7 @@
-"""Two fixes to hypercorn 0.18's connection handling, installed once per
-process by :func:`install` (``ans serve`` calls it before serving).
+"""Fixes to hypercorn 0.18's connection handling, installed once per process
+by :func:`install` (``ans serve`` calls it before serving). Each was found by
+a hostile-client probe and has an integration test in
+``tests/integration/test_integration_connections.py``.
 
 **Request data after the response** (HTTP/2). ANS answers some bad requests
 before it reads their body (a missing AGTP-Method, a duplicate or oversized
@@ -22,6 +24,16 @@ CLOSE-WAIT for minutes, and a client that churns connections can exhaust
 them. Once reading has ended (end of stream, a read error or the read
 timeout; hypercorn has then already closed the connection's streams), the
 socket is closed at once instead of after the keep-alive wait.
+
+**Answers to a closed connection** (HTTP/2). When a connection closes,
+hypercorn's sender stops, but a request still running goes on writing its
+answer into the stream's buffer and then waits for the sender to drain it:
+forever. Each such request held its task, its answer and so its whole
+connection in memory (about 60-100 KB per connection whose client asked and
+left without reading), and on shutdown the cancelled tasks waited the same
+way, so one request whose body never came kept ``ans serve`` from stopping.
+On close (and on cancellation, which is now turned into a close first) every
+stream buffer is closed, so those writers return at once.
 """
 
 from __future__ import annotations
@@ -34,6 +46,7 @@ import h2.errors
 import h2.events
 import h2.exceptions
 from hypercorn.asyncio.tcp_server import TCPServer
+from hypercorn.events import Closed
 from hypercorn.protocol.h2 import H2Protocol
 
 _INSTALLED = "_ans_hypercorn_fixes"
@@ -42,11 +55,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def install() -> None:
-    """Install both fixes (idempotent)."""
+    """Install the fixes (idempotent)."""
     if getattr(H2Protocol._handle_events, _INSTALLED, False):
         return
     _guard_late_request_data()
     _close_when_the_client_has_gone()
+    _release_answers_to_a_closed_connection()
 
 
 def _mark(fn: F) -> F:
@@ -102,6 +116,13 @@ def _close_when_the_client_has_gone() -> None:
     async def read_until_gone(self: Any) -> None:
         try:
             await read_data(self)
+        except asyncio.CancelledError:
+            # Shutdown (or a cancelled connection): close the protocol first,
+            # so that requests still running see their streams closed and
+            # answers being written stop waiting for a sender that is being
+            # cancelled too; otherwise the cancellation never completes.
+            await self.protocol.handle(Closed())
+            raise
         finally:
             setattr(self, _GONE, True)
         # Restart the idle timer: with the client gone it closes at once.
@@ -115,3 +136,21 @@ def _close_when_the_client_has_gone() -> None:
 
     TCPServer._read_data = _mark(read_until_gone)  # type: ignore[method-assign]
     TCPServer._idle_timeout = _mark(close_or_keep_alive)  # type: ignore[method-assign]
+
+
+# -- answers to a closed connection ----------------------------------------------------------
+
+
+def _release_answers_to_a_closed_connection() -> None:
+    handle = H2Protocol.handle
+
+    async def handle_then_release(self: Any, event: Any) -> None:
+        await handle(self, event)
+        if isinstance(event, Closed):
+            # hypercorn's sender has stopped: a response still being written
+            # would wait for it forever (StreamBuffer.drain / push), holding
+            # its request's task and so the whole connection in memory.
+            for buffer in list(self.stream_buffers.values()):
+                await buffer.close()
+
+    H2Protocol.handle = _mark(handle_then_release)  # type: ignore[method-assign]

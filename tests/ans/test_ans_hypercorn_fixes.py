@@ -10,7 +10,16 @@ from ans import hypercorn_fixes
 
 def test_install_patches_once() -> None:
     hypercorn_fixes.install()
-    patched = (H2Protocol._handle_events, TCPServer._read_data, TCPServer._idle_timeout)
+
+    def current() -> tuple[object, ...]:
+        return (
+            H2Protocol._handle_events,
+            H2Protocol.handle,
+            TCPServer._read_data,
+            TCPServer._idle_timeout,
+        )
+
+    patched = current()
     assert all(getattr(fn, "_ans_hypercorn_fixes", False) for fn in patched)
     hypercorn_fixes.install()
-    assert (H2Protocol._handle_events, TCPServer._read_data, TCPServer._idle_timeout) == patched
+    assert current() == patched

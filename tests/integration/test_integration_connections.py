@@ -6,7 +6,9 @@
   flight on the same connection are answered, the connection stays usable,
   and the server still stops on SIGTERM.
 * A connection its client has closed is closed by the server at once, not
-  held in CLOSE-WAIT for the keep-alive timeout."""
+  held in CLOSE-WAIT for the keep-alive timeout.
+* A client that asks and leaves without reading leaves nothing behind, and
+  requests whose body never comes do not keep the server from stopping."""
 
 from __future__ import annotations
 
@@ -211,3 +213,71 @@ def test_connections_the_clients_closed_are_closed_at_once(demo: RunningServer) 
     while close_wait_sockets(port) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert close_wait_sockets(port) == 0
+
+
+def rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def ask_and_leave(url: str, n: int) -> None:
+    """n connections that each send a DISCOVER with a large answer and close
+    before reading it."""
+    big = json.dumps(
+        {
+            "method": "DISCOVER",
+            "task_id": "t-gone",
+            "parameters": {"intent": "audit contracts", "limit": 100, "include_evidence": True},
+        }
+    ).encode()
+    for _ in range(n):
+        client = RawH2(url)
+        sid = client.start("DISCOVER", "/")
+        client.finish(sid, big)
+        client.close()
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
+def test_answers_nobody_reads_do_not_pile_up(tmp_path: Path, server_factory: Any) -> None:
+    """A client that closes before reading its answer leaves nothing behind:
+    hypercorn kept each such connection's answer and tasks for good (about
+    60-100 KB a connection). A warm-up round first, then two rounds must not
+    grow the server by more than a fraction of what 400 kept answers weigh."""
+    cfg = tmp_path / "ans.toml"
+    cfg.write_text("[rate_limit]\nenabled = false\n")
+    srv = server_factory(tmp_path / "data", "--demo", "--config", str(cfg))
+    ask_and_leave(srv.url, 200)
+    time.sleep(1.0)
+    before = rss_kb(srv.proc.pid)
+    ask_and_leave(srv.url, 400)
+    time.sleep(1.0)
+    grown = rss_kb(srv.proc.pid) - before
+    assert grown < 12_000, f"server grew {grown} KB over 400 abandoned answers"
+    # and it still answers, and stops on SIGTERM
+    client = RawH2(srv.url)
+    try:
+        sid = client.start("DISCOVER", "/")
+        client.finish(sid)
+        assert_answered(client.wait(sid))
+    finally:
+        client.close()
+
+
+def test_shutdown_does_not_wait_for_bodies_that_never_come(
+    tmp_path: Path, server_factory: Any
+) -> None:
+    """Requests whose body never arrives, on connections the clients keep
+    open, must not keep the server from stopping on SIGTERM."""
+    srv = server_factory(tmp_path / "data", "--demo")
+    clients = [RawH2(srv.url) for _ in range(5)]
+    try:
+        for client in clients:
+            client.start("DISCOVER", "/")  # the body never follows
+        time.sleep(0.5)
+        srv.proc.terminate()
+        srv.proc.wait(timeout=15)  # TimeoutExpired if shutdown hangs
+    finally:
+        for client in clients:
+            client.close()
