@@ -12,10 +12,15 @@ Per connection, requests are answered one at a time in arrival order (the
 framing has no stream ids; a client may pipeline). Bounds:
 
 * header section and body sizes: the parser (16 KiB, ``max_body_bytes``);
-* at most ``MAX_PIPELINE`` requests waiting per connection (reading pauses);
+* reading pauses once ``MAX_PIPELINE`` requests are waiting on a connection;
+* answers wait while the client does not read them (the transport's write
+  buffer is over its high-water mark), and so does reading; a client that
+  reads nothing for ``WRITE_TIMEOUT`` seconds is disconnected;
 * a request must arrive whole within ``REQUEST_TIMEOUT`` seconds of its first
-  byte, and an idle connection is closed after ``keep_alive_timeout``;
-* at most ``MAX_CONNECTIONS`` connections (more are answered 503 and closed).
+  byte, a connection must start its first request within ``REQUEST_TIMEOUT``
+  seconds, and an idle connection is closed after ``keep_alive_timeout``;
+* at most ``MAX_CONNECTIONS`` connections, and ``MAX_PER_CLIENT`` from one
+  client address (more are answered 503 and closed).
 
 Bad framing is answered with its typed 400 and the connection is closed (the
 stream cannot be resynchronised). With ``tls_certfile`` the listener is TLS
@@ -47,7 +52,9 @@ log = structlog.get_logger("ans.native")
 
 MAX_PIPELINE = 32
 REQUEST_TIMEOUT = 10.0
+WRITE_TIMEOUT = 30.0
 MAX_CONNECTIONS = 1024
+MAX_PER_CLIENT = 64
 SCHEME_TLS = "agtp"
 SCHEME_CLEARTEXT = "agtp+cleartext"
 
@@ -75,15 +82,20 @@ class NativeListener:
         *,
         keep_alive_timeout: float,
         request_timeout: float = REQUEST_TIMEOUT,
+        write_timeout: float = WRITE_TIMEOUT,
         max_connections: int = MAX_CONNECTIONS,
+        max_per_client: int = MAX_PER_CLIENT,
         max_pipeline: int = MAX_PIPELINE,
     ) -> None:
         self.app = app
         self.keep_alive_timeout = keep_alive_timeout
         self.request_timeout = request_timeout
+        self.write_timeout = write_timeout
         self.max_connections = max_connections
+        self.max_per_client = max_per_client
         self.max_pipeline = max_pipeline
         self.connections: set[NativeConnection] = set()
+        self.per_client: dict[str, int] = {}  # open connections per client address
         self.server: asyncio.Server | None = None
 
     def protocol(self) -> NativeConnection:
@@ -132,6 +144,10 @@ class NativeConnection(asyncio.Protocol):
         self.idle_since = 0.0  # set when the connection is made and after each answer
         self.paused = False
         self.closing = False
+        self.client: str | None = None  # counted in listener.per_client
+        self.fresh = True  # no request yet: it must come within request_timeout
+        self.writable = asyncio.Event()  # the client reads what we write
+        self.writable.set()
 
     # -- asyncio.Protocol ------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -139,15 +155,32 @@ class NativeConnection(asyncio.Protocol):
         self.transport = transport
         ext = tls_extension(transport.get_extra_info("ssl_object"))
         self.tls = {"tls": ext} if ext is not None else None
-        if len(self.listener.connections) >= self.listener.max_connections:
-            err = Unavailable("too many connections; try again later")
-            self._write_error(err)
-            self.closing = True
-            transport.close()
+        peer = transport.get_extra_info("peername")
+        client = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
+        listener = self.listener
+        if len(listener.connections) >= listener.max_connections:
+            self._refuse("too many connections; try again later")
             return
-        self.listener.connections.add(self)
+        if listener.per_client.get(client, 0) >= listener.max_per_client:
+            self._refuse("too many connections from this address; try again later")
+            return
+        listener.connections.add(self)
+        self.client = client
+        listener.per_client[client] = listener.per_client.get(client, 0) + 1
         self.idle_since = asyncio.get_running_loop().time()
         self._arm()
+
+    def _refuse(self, message: str) -> None:
+        assert self.transport is not None
+        self._write_error(Unavailable(message))
+        self.closing = True
+        self.transport.close()
+
+    def pause_writing(self) -> None:
+        self.writable.clear()
+
+    def resume_writing(self) -> None:
+        self.writable.set()
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
@@ -159,6 +192,8 @@ class NativeConnection(asyncio.Protocol):
         if self.parser.failed is not None and requests[-1] is not self.parser.failed:
             requests.append(self.parser.failed)  # answered after the good ones before it
         self.queue.extend(requests)
+        if requests:
+            self.fresh = False
         if self.parser.failed is not None:
             # The stream cannot be resynchronised: read no more; the worker
             # answers what came before, then the typed 400, then closes.
@@ -186,6 +221,14 @@ class NativeConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         self.listener.connections.discard(self)
+        if self.client is not None:
+            left = self.listener.per_client.get(self.client, 1) - 1
+            if left > 0:
+                self.listener.per_client[self.client] = left
+            else:
+                self.listener.per_client.pop(self.client, None)
+            self.client = None
+        self.writable.set()
         if self.timer is not None:
             self.timer.cancel()
         if self.worker is not None:
@@ -201,6 +244,16 @@ class NativeConnection(asyncio.Protocol):
                     self._write_error(item)
                     self.queue.clear()
                     break
+                if not self.writable.is_set():
+                    # The client is not reading: answer (and read) no more until it does.
+                    try:
+                        await asyncio.wait_for(self.writable.wait(), self.listener.write_timeout)
+                    except TimeoutError:
+                        log.info("native client not reading; closing")
+                        self.queue.clear()
+                        self.closing = True
+                        self.abort()
+                        break
                 if self.paused and len(self.queue) < self.listener.max_pipeline // 2:
                     assert self.transport is not None
                     self.transport.resume_reading()
@@ -247,7 +300,10 @@ class NativeConnection(asyncio.Protocol):
             return None
         if self.partial_since is not None:
             return self.partial_since + self.listener.request_timeout
-        return self.idle_since + self.listener.keep_alive_timeout
+        idle = self.listener.keep_alive_timeout
+        if self.fresh:  # a connection that has asked nothing yet
+            idle = min(idle, self.listener.request_timeout)
+        return self.idle_since + idle
 
     def _arm(self) -> None:
         """Make sure a timer fires no later than the deadline. A timer that

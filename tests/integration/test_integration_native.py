@@ -559,3 +559,115 @@ def test_a_long_pipeline_is_paused_and_resumed_not_dropped(app: AnsApp) -> None:
             await listener.stop(grace=1)
 
     asyncio.run(go())
+
+
+async def only_connection(listener: NativeListener) -> Any:
+    """The listener's one connection, once accepted (bounded wait)."""
+    for _ in range(300):
+        if listener.connections:
+            (conn,) = listener.connections
+            return conn
+        await asyncio.sleep(0.01)
+    raise AssertionError("the listener never accepted the connection")
+
+
+def test_a_client_that_does_not_read_gets_no_more_answers_queued(app: AnsApp) -> None:
+    """Pipelined requests from a client that reads nothing: answers stop at the
+    transport's high-water mark (and so does reading), instead of piling up
+    in memory; once it reads, every answer arrives, in order."""
+
+    async def go() -> None:
+        listener, port = await open_listener(app, max_pipeline=4)
+        try:
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # fills quickly
+            sock.connect(("127.0.0.1", port))
+            sock.setblocking(False)
+            reader, writer = await asyncio.open_connection(sock=sock)
+            conn = await only_connection(listener)
+            assert conn.transport is not None
+            server_sock = conn.transport.get_extra_info("socket")
+            server_sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+            tasks = [f"q-{i}" for i in range(300)]
+            writer.write(b"".join(agtp_request("DESCRIBE", {}, t) for t in tasks))
+            await writer.drain()
+            await asyncio.sleep(1.0)  # the server has had time to answer everything it would
+            high = conn.transport.get_write_buffer_limits()[1]
+            one = len(encode_request("DESCRIBE", {}, b"x" * 4096))  # > one DESCRIBE answer
+            assert conn.transport.get_write_buffer_size() <= high + one
+            assert conn.queue  # the rest waits as requests, not as answers in memory
+            writer.write_eof()
+            answers = await read_all(reader, within=20)
+            writer.close()
+            assert [a.headers["task-id"] for a in answers] == tasks
+        finally:
+            await listener.stop(grace=1)
+
+    asyncio.run(go())
+
+
+def test_a_client_that_never_reads_is_disconnected(app: AnsApp) -> None:
+    async def go() -> None:
+        listener, port = await open_listener(app, max_pipeline=4, write_timeout=0.5)
+        try:
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect(("127.0.0.1", port))
+            sock.setblocking(False)
+            _, writer = await asyncio.open_connection(sock=sock)
+            conn = await only_connection(listener)
+            assert conn.transport is not None
+            conn.transport.get_extra_info("socket").setsockopt(
+                socket.SOL_SOCKET, socket.SO_SNDBUF, 4096
+            )
+            writer.write(b"".join(agtp_request("DESCRIBE", {}, f"n-{i}") for i in range(300)))
+            for _ in range(300):  # bounded: 3 s
+                if not listener.connections:
+                    break
+                await asyncio.sleep(0.01)
+            assert not listener.connections and not listener.per_client
+            writer.close()
+        finally:
+            await listener.stop(grace=1)
+
+    asyncio.run(go())
+
+
+def test_a_silent_connection_is_closed_after_request_timeout(app: AnsApp) -> None:
+    async def go() -> None:
+        listener, port = await open_listener(app, request_timeout=0.3)
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            started = time.monotonic()
+            assert await asyncio.wait_for(reader.read(), 3) == b""  # closed, never a byte sent
+            assert 0.25 <= time.monotonic() - started < 2.5
+            writer.close()
+        finally:
+            await listener.stop(grace=1)
+
+    asyncio.run(go())
+
+
+def test_connections_per_client_address_are_capped(app: AnsApp) -> None:
+    async def go() -> None:
+        listener, port = await open_listener(app, max_per_client=2)
+        try:
+            held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+            await asyncio.sleep(0.05)
+            r3, w3 = await asyncio.open_connection("127.0.0.1", port)
+            (refused,) = await read_all(r3)
+            w3.close()
+            assert refused.status == 503
+            assert "this address" in orjson.loads(refused.body)["error"]["message"]
+            assert listener.per_client == {"127.0.0.1": 2}
+            for _, w in held:
+                w.close()
+            for _ in range(100):
+                if not listener.per_client:
+                    break
+                await asyncio.sleep(0.01)
+            assert listener.per_client == {}
+        finally:
+            await listener.stop(grace=1)
+
+    asyncio.run(go())
