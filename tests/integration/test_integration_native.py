@@ -571,6 +571,22 @@ async def only_connection(listener: NativeListener) -> Any:
     raise AssertionError("the listener never accepted the connection")
 
 
+async def small_buffers(
+    listener: NativeListener, port: int
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, Any]:
+    """A connection whose socket buffers (ours and the server's) hold only
+    4 KiB, so that a client that stops reading is felt at once."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.setblocking(False)
+    reader, writer = await asyncio.open_connection(sock=sock)
+    conn = await only_connection(listener)
+    assert conn.transport is not None
+    conn.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    return reader, writer, conn
+
+
 def test_a_client_that_does_not_read_gets_no_more_answers_queued(app: AnsApp) -> None:
     """Pipelined requests from a client that reads nothing: answers stop at the
     transport's high-water mark (and so does reading), instead of piling up
@@ -579,15 +595,7 @@ def test_a_client_that_does_not_read_gets_no_more_answers_queued(app: AnsApp) ->
     async def go() -> None:
         listener, port = await open_listener(app, max_pipeline=4)
         try:
-            sock = socket.socket()
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # fills quickly
-            sock.connect(("127.0.0.1", port))
-            sock.setblocking(False)
-            reader, writer = await asyncio.open_connection(sock=sock)
-            conn = await only_connection(listener)
-            assert conn.transport is not None
-            server_sock = conn.transport.get_extra_info("socket")
-            server_sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+            reader, writer, conn = await small_buffers(listener, port)
             tasks = [f"q-{i}" for i in range(300)]
             writer.write(b"".join(agtp_request("DESCRIBE", {}, t) for t in tasks))
             await writer.drain()
@@ -610,16 +618,7 @@ def test_a_client_that_never_reads_is_disconnected(app: AnsApp) -> None:
     async def go() -> None:
         listener, port = await open_listener(app, max_pipeline=4, write_timeout=0.5)
         try:
-            sock = socket.socket()
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            sock.connect(("127.0.0.1", port))
-            sock.setblocking(False)
-            _, writer = await asyncio.open_connection(sock=sock)
-            conn = await only_connection(listener)
-            assert conn.transport is not None
-            conn.transport.get_extra_info("socket").setsockopt(
-                socket.SOL_SOCKET, socket.SO_SNDBUF, 4096
-            )
+            _, writer, _ = await small_buffers(listener, port)
             writer.write(b"".join(agtp_request("DESCRIBE", {}, f"n-{i}") for i in range(300)))
             for _ in range(300):  # bounded: 3 s
                 if not listener.connections:
