@@ -29,6 +29,7 @@ from ans.protocol.errors import (
     AgtpError,
     BodyTooLarge,
     NotFound,
+    RequestTimeout,
     ServerError,
     UnsupportedMethod,
 )
@@ -56,6 +57,9 @@ Send = Callable[[Message], Awaitable[None]]
 log = structlog.get_logger("ans.app")
 # Over-size bodies up to this many bytes are read and discarded before the 400.
 DRAIN_LIMIT = 8 * 1024 * 1024
+# A request body must arrive within this many seconds of its headers (HTTP/2
+# and HTTP/1.1; the native listener has its own REQUEST_TIMEOUT).
+BODY_TIMEOUT = 10.0
 JSON_HEADERS = [(b"content-type", b"application/json"), (b"cache-control", b"max-age=300")]
 
 
@@ -82,9 +86,11 @@ class AnsApp:
         service: AnsService,
         gate: RequestGate | None = None,
         background: Sequence[Background] = (),
+        body_timeout: float = BODY_TIMEOUT,
     ) -> None:
         self.service = service
         self.background = tuple(background)
+        self.body_timeout = body_timeout
         # Open mode with the configured rate limits unless a gate is given
         # (server.build_gate makes the token/mTLS one).
         self.gate = gate or RequestGate(
@@ -193,9 +199,20 @@ class AnsApp:
         )
 
     async def _read_body(self, receive: Receive, headers: dict[str, str]) -> bytes:
-        """Read at most the configured body size. An over-size body is drained
-        (discarded, up to DRAIN_LIMIT) before the 400 so the HTTP/2 connection
-        stays usable; past DRAIN_LIMIT the client is simply answered."""
+        """Read at most the configured body size, within ``body_timeout``
+        (else 408 ``request_timeout``: a body dripped in must not hold the
+        request open). An over-size body is drained (discarded, up to
+        DRAIN_LIMIT) before the 400 so the HTTP/2 connection stays usable;
+        past DRAIN_LIMIT the client is simply answered."""
+        try:
+            async with asyncio.timeout(self.body_timeout):
+                return await self._read_body_now(receive, headers)
+        except TimeoutError:
+            raise RequestTimeout(
+                f"the request body did not arrive within {self.body_timeout:g} s"
+            ) from None
+
+    async def _read_body_now(self, receive: Receive, headers: dict[str, str]) -> bytes:
         limit = self.service.limits.max_body_bytes
         declared = headers.get("content-length")
         too_large = declared is not None and declared.strip().isdigit() and int(declared) > limit

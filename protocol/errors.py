@@ -187,6 +187,11 @@ class ZoneViolation(AgtpError):
     code = "zone_violation"
 
 
+class RequestTimeout(AgtpError):
+    status = Status.TIMEOUT
+    code = "request_timeout"
+
+
 class ServerError(AgtpError):
     status = Status.SERVER_ERROR
     code = "internal_error"

@@ -377,3 +377,42 @@ def test_federator_forwards_the_callers_token(tmp_path: Path) -> None:
     assert "authorization" not in rec.headers[0]
     assert rec.headers[1]["authorization"] == f"Bearer {token}"
     assert rec.headers[1]["authority-scope"] == "discovery:query"
+
+
+def test_a_body_that_does_not_arrive_in_time_is_408(make_app: Any) -> None:
+    app, _, _ = make_app()
+    app.body_timeout = 0.2
+    asgi_scope: dict[str, Any] = {
+        "type": "http",
+        "method": "DISCOVER",
+        "path": "/",
+        "headers": [
+            (b"agent-id", AGENT.encode()),
+            (b"principal-id", b"usr-1"),
+            (b"authority-scope", b"discovery:query"),
+            (b"task-id", b"t-slow"),
+        ],
+        "extensions": {},
+    }
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:  # one byte, then nothing more
+        if not sent and not getattr(receive, "once", False):
+            receive.once = True  # type: ignore[attr-defined]
+            return {"type": "http.request", "body": b"{", "more_body": True}
+        await asyncio.sleep(30)
+        raise AssertionError("not reached")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def go() -> float:
+        started = asyncio.get_running_loop().time()
+        await asyncio.wait_for(app(asgi_scope, receive, send), 5)
+        return asyncio.get_running_loop().time() - started
+
+    elapsed = asyncio.run(go())
+    assert 0.2 <= elapsed < 2.0
+    assert sent[0]["status"] == 408
+    body = orjson.loads(sent[1]["body"])
+    assert body["error"]["code"] == "request_timeout" and body["task_id"] == "t-slow"
