@@ -25,6 +25,14 @@ them. Once reading has ended (end of stream, a read error or the read
 timeout; hypercorn has then already closed the connection's streams), the
 socket is closed at once instead of after the keep-alive wait.
 
+**Too many streams on one connection** (HTTP/2). hypercorn never takes a
+stream the client reset before its answer out of its priority tree, so after
+1,000 of them (a rapid-reset flood, or a long-lived peer connection on which
+many requests timed out and were cancelled) the next request raised
+``TooManyStreamsError`` and killed the connection with a logged traceback.
+The connection now ends with GOAWAY ENHANCE_YOUR_CALM instead; the client
+reconnects with a fresh tree.
+
 **Answers to a closed connection** (HTTP/2). When a connection closes,
 hypercorn's sender stops, but a request still running goes on writing its
 answer into the stream's buffer and then waits for the sender to drain it:
@@ -48,9 +56,11 @@ import h2.exceptions
 from hypercorn.asyncio.tcp_server import TCPServer
 from hypercorn.events import Closed
 from hypercorn.protocol.h2 import H2Protocol
+from priority.priority import TooManyStreamsError
 
 _INSTALLED = "_ans_hypercorn_fixes"
 _GONE = "_ans_client_gone"
+_CALMED = "_ans_calmed"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -61,6 +71,7 @@ def install() -> None:
     _guard_late_request_data()
     _close_when_the_client_has_gone()
     _release_answers_to_a_closed_connection()
+    _calm_a_connection_with_too_many_streams()
 
 
 def _mark(fn: F) -> F:
@@ -154,3 +165,28 @@ def _release_answers_to_a_closed_connection() -> None:
                 await buffer.close()
 
     H2Protocol.handle = _mark(handle_then_release)  # type: ignore[method-assign]
+
+
+# -- too many streams on one connection ----------------------------------------------------
+
+
+def _calm_a_connection_with_too_many_streams() -> None:
+    create_stream = H2Protocol._create_stream
+
+    async def create_or_calm(self: Any, request: h2.events.RequestReceived) -> None:
+        try:
+            await create_stream(self, request)
+        except TooManyStreamsError:
+            self.streams.pop(request.stream_id, None)
+            self.stream_buffers.pop(request.stream_id, None)
+            if getattr(self, _CALMED, False):
+                return
+            setattr(self, _CALMED, True)
+            try:
+                self.connection.close_connection(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+            except h2.exceptions.ProtocolError:
+                pass  # already closing
+            await self._flush()
+            await self.send(Closed())
+
+    H2Protocol._create_stream = _mark(create_or_calm)  # type: ignore[method-assign]

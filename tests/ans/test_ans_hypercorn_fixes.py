@@ -15,6 +15,7 @@ def test_install_patches_once() -> None:
         return (
             H2Protocol._handle_events,
             H2Protocol.handle,
+            H2Protocol._create_stream,
             TCPServer._read_data,
             TCPServer._idle_timeout,
         )

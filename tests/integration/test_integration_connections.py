@@ -8,7 +8,8 @@
 * A connection its client has closed is closed by the server at once, not
   held in CLOSE-WAIT for the keep-alive timeout.
 * A client that asks and leaves without reading leaves nothing behind, and
-  requests whose body never comes do not keep the server from stopping."""
+  requests whose body never comes do not keep the server from stopping.
+* A rapid-reset flood ends its connection with GOAWAY ENHANCE_YOUR_CALM."""
 
 from __future__ import annotations
 
@@ -58,6 +59,7 @@ class RawH2:
         self.conn.initiate_connection()
         self.answers: dict[int, Answer] = {}
         self.terminated = False
+        self.goaway: int | None = None  # the error code of a GOAWAY received
         self._flush()
 
     def _flush(self) -> None:
@@ -110,6 +112,7 @@ class RawH2:
             self.answers[event.stream_id].reset = event.error_code
         elif isinstance(event, h2.events.ConnectionTerminated):
             self.terminated = True
+            self.goaway = int(event.error_code) if event.error_code is not None else None
 
     def close(self) -> None:
         self.sock.close()
@@ -279,3 +282,27 @@ def test_shutdown_does_not_wait_for_bodies_that_never_come(
     finally:
         for client in clients:
             client.close()
+
+
+def test_a_rapid_reset_flood_gets_a_goaway_not_a_crash(demo: RunningServer) -> None:
+    """Streams opened and reset at once pile up in hypercorn's priority tree;
+    past its 1,000 the connection ends with GOAWAY ENHANCE_YOUR_CALM, not an
+    unhandled error, and the server goes on serving."""
+    client = RawH2(demo.url)
+    try:
+        for _ in range(1100):
+            sid = client.start("DISCOVER", "/")
+            client.conn.reset_stream(sid)
+        client.sock.sendall(client.conn.data_to_send())
+        deadline = time.monotonic() + 10
+        while not client.terminated and time.monotonic() < deadline:
+            data = client.sock.recv(65536)
+            if not data:
+                break
+            for event in client.conn.receive_data(data):
+                client._event(event)
+        assert client.goaway == 11  # ENHANCE_YOUR_CALM
+    finally:
+        client.close()
+    ask_once(demo.url)
+    assert not any("TooManyStreamsError" in line for line in demo.output)
