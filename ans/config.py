@@ -49,6 +49,8 @@ class Config:
     tls_certfile: Path | None = None
     tls_keyfile: Path | None = None
     keep_alive_max_requests: int = 100_000
+    # HTTP/2 (and HTTP/1.1) connections one client address may hold; 0: no cap.
+    max_connections_per_client: int = 256
     keep_alive_timeout: float = 300.0
     tls_client_ca: Path | None = None  # CA bundle for client certificates (auth mode mtls)
     # [ans] identity of this server
@@ -131,6 +133,8 @@ class Config:
             raise ConfigError("min_equivalent_confidence must be in [0, 1]")
         if (self.tls_certfile is None) != (self.tls_keyfile is None):
             raise ConfigError("tls_certfile and tls_keyfile go together")
+        if not 0 <= self.max_connections_per_client <= 1_000_000:
+            raise ConfigError("max_connections_per_client must be 0 (no cap) .. 1000000")
         w = self.ranking
         if (
             min(w.trust_tier, w.behavioral_trust, w.capability_match) < 0
@@ -204,6 +208,7 @@ _SECTIONS = {
         "tls_certfile",
         "tls_keyfile",
         "keep_alive_max_requests",
+        "max_connections_per_client",
         "keep_alive_timeout",
         "tls_client_ca",
     },

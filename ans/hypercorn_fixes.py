@@ -33,6 +33,11 @@ many requests timed out and were cancelled) the next request raised
 The connection now ends with GOAWAY ENHANCE_YOUR_CALM instead; the client
 reconnects with a fresh tree.
 
+**Connections per client address.** hypercorn has no such cap, so one
+address could hold connections until the process ran out of file
+descriptors. With :func:`cap_connections_per_client` set on the hypercorn
+config, a connection over the cap is closed as soon as it is accepted.
+
 **Answers to a closed connection** (HTTP/2). When a connection closes,
 hypercorn's sender stops, but a request still running goes on writing its
 answer into the stream's buffer and then waits for the sender to drain it:
@@ -72,6 +77,7 @@ def install() -> None:
     _close_when_the_client_has_gone()
     _release_answers_to_a_closed_connection()
     _calm_a_connection_with_too_many_streams()
+    _count_connections_per_client()
 
 
 def _mark(fn: F) -> F:
@@ -190,3 +196,42 @@ def _calm_a_connection_with_too_many_streams() -> None:
             await self.send(Closed())
 
     H2Protocol._create_stream = _mark(create_or_calm)  # type: ignore[method-assign]
+
+
+# -- connections per client address -------------------------------------------------------
+
+_CAP = "ans_max_connections_per_client"
+_COUNTS = "_ans_connections_per_client"
+
+
+def cap_connections_per_client(hc: Any, cap: int) -> None:
+    """At most ``cap`` open connections per client address (0: no cap) for
+    servers run with this hypercorn config."""
+    setattr(hc, _CAP, cap)
+
+
+def _count_connections_per_client() -> None:
+    run = TCPServer.run
+
+    async def run_capped(self: Any) -> None:
+        cap = getattr(self.config, _CAP, 0)
+        if not cap:
+            await run(self)
+            return
+        peer = self.writer.get_extra_info("peername")
+        client = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
+        counts: dict[str, int] = self.context.__dict__.setdefault(_COUNTS, {})
+        if counts.get(client, 0) >= cap:
+            self.writer.close()  # refused: hypercorn never sees it
+            return
+        counts[client] = counts.get(client, 0) + 1
+        try:
+            await run(self)
+        finally:
+            left = counts[client] - 1
+            if left:
+                counts[client] = left
+            else:
+                del counts[client]
+
+    TCPServer.run = _mark(run_capped)  # type: ignore[method-assign]

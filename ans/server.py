@@ -340,6 +340,7 @@ def hypercorn_config(config: Config, sock: socket.socket) -> HypercornConfig:
     hc.accesslog = None
     hc.errorlog = logging.getLogger("hypercorn.error")  # through our handler, once
     hc.graceful_timeout = 2.0
+    hypercorn_fixes.cap_connections_per_client(hc, config.max_connections_per_client)
     if config.tls_certfile is not None:
         hc.certfile = str(config.tls_certfile)
         hc.keyfile = str(config.tls_keyfile)

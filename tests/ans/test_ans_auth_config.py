@@ -84,3 +84,12 @@ def test_mtls_forwarders(tmp_path: Path) -> None:
     for bad in ('"agtp://a"', '["no scheme"]', '["agtp://a b"]', "[1]", '[""]'):
         with pytest.raises(ConfigError, match="forwarders"):
             load(write(tmp_path, MTLS + f'[auth]\nmode = "mtls"\nforwarders = {bad}\n'))
+
+
+def test_max_connections_per_client(tmp_path: Path) -> None:
+    assert load(None).max_connections_per_client == 256
+    cfg = load(write(tmp_path, "[server]\nmax_connections_per_client = 0\n"))
+    assert cfg.max_connections_per_client == 0  # no cap
+    for bad in ("-1", "2000000", '"many"'):
+        with pytest.raises(ConfigError, match="max_connections_per_client"):
+            load(write(tmp_path, f"[server]\nmax_connections_per_client = {bad}\n"))

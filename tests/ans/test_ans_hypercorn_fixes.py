@@ -16,6 +16,7 @@ def test_install_patches_once() -> None:
             H2Protocol._handle_events,
             H2Protocol.handle,
             H2Protocol._create_stream,
+            TCPServer.run,
             TCPServer._read_data,
             TCPServer._idle_timeout,
         )

@@ -314,3 +314,37 @@ def test_a_rapid_reset_flood_gets_a_goaway_not_a_crash(demo: RunningServer) -> N
         client.close()
     ask_once(demo.url)
     assert not any("TooManyStreamsError" in line for line in demo.output)
+
+
+def test_connections_per_client_address_are_capped(tmp_path: Path, server_factory: Any) -> None:
+    cfg = tmp_path / "ans.toml"
+    cfg.write_text("[server]\nmax_connections_per_client = 3\n")
+    srv = server_factory(tmp_path / "data", "--demo", "--config", str(cfg))
+    held = [RawH2(srv.url) for _ in range(3)]
+    try:
+        for client in held:
+            sid = client.start("DISCOVER", "/")
+            client.finish(sid)
+            assert_answered(client.wait(sid))  # all three accepted and served
+        refused = RawH2(srv.url)
+        try:
+            refused.sock.settimeout(5)
+            try:
+                closed = refused.sock.recv(65536) == b""
+            except ConnectionResetError:
+                closed = True
+            assert closed  # closed at once, before any answer or SETTINGS
+        finally:
+            refused.close()
+        held.pop().close()  # a slot frees up
+        for _ in range(50):  # bounded: up to 5 s for the server to notice
+            try:
+                ask_once(srv.url)
+                break
+            except (AssertionError, OSError):
+                time.sleep(0.1)
+        else:
+            raise AssertionError("no slot freed after a connection closed")
+    finally:
+        for client in held:
+            client.close()
