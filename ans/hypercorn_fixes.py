@@ -1,6 +1,6 @@
 """Fixes to hypercorn 0.18's connection handling, installed once per process
 by :func:`install` (``ans serve`` calls it before serving). Each was found by
-a hostile-client probe and has an integration test in
+a black-box probe of the running server and has an integration test in
 ``tests/integration/test_integration_connections.py``.
 
 **Request data after the response** (HTTP/2). ANS answers some bad requests
