@@ -8,12 +8,13 @@ answers are compared with what the HTTP/2 listener gives for the same query."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -462,10 +463,15 @@ def app(tmp_path: Path, embedder: Any) -> Iterator[AnsApp]:
         built.lock.release()
 
 
-async def open_listener(app: AnsApp, **bounds: Any) -> tuple[NativeListener, int]:
+@contextlib.asynccontextmanager
+async def listening(app: AnsApp, **bounds: Any) -> AsyncIterator[tuple[NativeListener, int]]:
+    """A native listener on a free loopback port with these bounds, stopped on exit."""
     listener = NativeListener(app, **{"keep_alive_timeout": 5.0, **bounds})
     _, port = await listener.start("127.0.0.1", 0, None)
-    return listener, port
+    try:
+        yield listener, port
+    finally:
+        await listener.stop(grace=1)
 
 
 async def read_all(reader: asyncio.StreamReader, within: float = 3.0) -> list[NativeResponse]:
@@ -474,15 +480,23 @@ async def read_all(reader: asyncio.StreamReader, within: float = 3.0) -> list[Na
     return NativeResponseParser(1024 * 1024).feed(data) if data else []
 
 
+async def one_over(
+    port: int, n: int
+) -> tuple[list[tuple[asyncio.StreamReader, asyncio.StreamWriter]], NativeResponse]:
+    """Hold n connections open, then open one more: the held ones and the
+    single answer the extra one gets before it is closed."""
+    held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(n)]
+    await asyncio.sleep(0.05)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    (answer,) = await read_all(reader)
+    writer.close()
+    return held, answer
+
+
 def test_over_max_connections_is_503_and_closed(app: AnsApp) -> None:
     async def go() -> None:
-        listener, port = await open_listener(app, max_connections=2)
-        try:
-            held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
-            await asyncio.sleep(0.05)
-            r3, w3 = await asyncio.open_connection("127.0.0.1", port)
-            (refused,) = await read_all(r3)
-            w3.close()
+        async with listening(app, max_connections=2) as (listener, port):
+            held, refused = await one_over(port, 2)
             assert refused.status == 503
             assert orjson.loads(refused.body)["error"]["code"] == "unavailable"
             assert len(listener.connections) == 2
@@ -503,16 +517,13 @@ def test_over_max_connections_is_503_and_closed(app: AnsApp) -> None:
             (answer,) = await read_all(r4)
             w4.close()
             assert answer.status == 200 and answer.headers["task-id"] == "freed"
-        finally:
-            await listener.stop(grace=1)
 
     asyncio.run(go())
 
 
 def test_a_request_trickling_in_is_cut_off_after_request_timeout(app: AnsApp) -> None:
     async def go() -> None:
-        listener, port = await open_listener(app, request_timeout=0.3)
-        try:
+        async with listening(app, request_timeout=0.3) as (_listener, port):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             wire = agtp_request("DESCRIBE", {}, "slow")
             sent = 0
@@ -534,16 +545,13 @@ def test_a_request_trickling_in_is_cut_off_after_request_timeout(app: AnsApp) ->
             writer.close()
             assert 0.3 <= elapsed < 2.5  # cut off by the server, not by our 3 s read limit
             assert 5 < sent < len(wire)  # it had been receiving bytes all along
-        finally:
-            await listener.stop(grace=1)
 
     asyncio.run(go())
 
 
 def test_a_long_pipeline_is_paused_and_resumed_not_dropped(app: AnsApp) -> None:
     async def go() -> None:
-        listener, port = await open_listener(app, max_pipeline=4)
-        try:
+        async with listening(app, max_pipeline=4) as (_listener, port):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             tasks = [f"p-{i}" for i in range(18)]
             # 12 at once: reading pauses at 4 waiting; the rest only gets read if it resumes.
@@ -555,8 +563,6 @@ def test_a_long_pipeline_is_paused_and_resumed_not_dropped(app: AnsApp) -> None:
             writer.close()
             assert [a.headers["task-id"] for a in answers] == tasks
             assert {a.status for a in answers} == {200}
-        finally:
-            await listener.stop(grace=1)
 
     asyncio.run(go())
 
@@ -593,8 +599,7 @@ def test_a_client_that_does_not_read_gets_no_more_answers_queued(app: AnsApp) ->
     in memory; once it reads, every answer arrives, in order."""
 
     async def go() -> None:
-        listener, port = await open_listener(app, max_pipeline=4)
-        try:
+        async with listening(app, max_pipeline=4) as (listener, port):
             reader, writer, conn = await small_buffers(listener, port)
             tasks = [f"q-{i}" for i in range(300)]
             writer.write(b"".join(agtp_request("DESCRIBE", {}, t) for t in tasks))
@@ -608,16 +613,13 @@ def test_a_client_that_does_not_read_gets_no_more_answers_queued(app: AnsApp) ->
             answers = await read_all(reader, within=20)
             writer.close()
             assert [a.headers["task-id"] for a in answers] == tasks
-        finally:
-            await listener.stop(grace=1)
 
     asyncio.run(go())
 
 
 def test_a_client_that_never_reads_is_disconnected(app: AnsApp) -> None:
     async def go() -> None:
-        listener, port = await open_listener(app, max_pipeline=4, write_timeout=0.5)
-        try:
+        async with listening(app, max_pipeline=4, write_timeout=0.5) as (listener, port):
             _, writer, _ = await small_buffers(listener, port)
             writer.write(b"".join(agtp_request("DESCRIBE", {}, f"n-{i}") for i in range(300)))
             for _ in range(300):  # bounded: 3 s
@@ -626,36 +628,26 @@ def test_a_client_that_never_reads_is_disconnected(app: AnsApp) -> None:
                 await asyncio.sleep(0.01)
             assert not listener.connections and not listener.per_client
             writer.close()
-        finally:
-            await listener.stop(grace=1)
 
     asyncio.run(go())
 
 
 def test_a_silent_connection_is_closed_after_request_timeout(app: AnsApp) -> None:
     async def go() -> None:
-        listener, port = await open_listener(app, request_timeout=0.3)
-        try:
+        async with listening(app, request_timeout=0.3) as (_listener, port):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             started = time.monotonic()
             assert await asyncio.wait_for(reader.read(), 3) == b""  # closed, never a byte sent
             assert 0.25 <= time.monotonic() - started < 2.5
             writer.close()
-        finally:
-            await listener.stop(grace=1)
 
     asyncio.run(go())
 
 
 def test_connections_per_client_address_are_capped(app: AnsApp) -> None:
     async def go() -> None:
-        listener, port = await open_listener(app, max_per_client=2)
-        try:
-            held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
-            await asyncio.sleep(0.05)
-            r3, w3 = await asyncio.open_connection("127.0.0.1", port)
-            (refused,) = await read_all(r3)
-            w3.close()
+        async with listening(app, max_per_client=2) as (listener, port):
+            held, refused = await one_over(port, 2)
             assert refused.status == 503
             assert "this address" in orjson.loads(refused.body)["error"]["message"]
             assert listener.per_client == {"127.0.0.1": 2}
@@ -666,7 +658,5 @@ def test_connections_per_client_address_are_capped(app: AnsApp) -> None:
                     break
                 await asyncio.sleep(0.01)
             assert listener.per_client == {}
-        finally:
-            await listener.stop(grace=1)
 
     asyncio.run(go())
