@@ -52,6 +52,9 @@ class Config:
     # HTTP/2 (and HTTP/1.1) connections one client address may hold; 0: no cap.
     max_connections_per_client: int = 256
     keep_alive_timeout: float = 300.0
+    # A connection must start its first request, and a request must arrive
+    # whole (headers and body), within this many seconds (408 otherwise).
+    request_timeout: float = 10.0
     tls_client_ca: Path | None = None  # CA bundle for client certificates (auth mode mtls)
     # [ans] identity of this server
     data_dir: Path = Path("ans-data")
@@ -135,6 +138,8 @@ class Config:
             raise ConfigError("tls_certfile and tls_keyfile go together")
         if not 0 <= self.max_connections_per_client <= 1_000_000:
             raise ConfigError("max_connections_per_client must be 0 (no cap) .. 1000000")
+        if not 0 < self.request_timeout <= 300:
+            raise ConfigError("request_timeout must be more than 0 and at most 300 seconds")
         w = self.ranking
         if (
             min(w.trust_tier, w.behavioral_trust, w.capability_match) < 0
@@ -210,6 +215,7 @@ _SECTIONS = {
         "keep_alive_max_requests",
         "max_connections_per_client",
         "keep_alive_timeout",
+        "request_timeout",
         "tls_client_ca",
     },
     "ans": {

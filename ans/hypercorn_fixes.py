@@ -47,6 +47,28 @@ left without reading), and on shutdown the cancelled tasks waited the same
 way, so one request whose body never came kept ``ans serve`` from stopping.
 On close (and on cancellation, which is now turned into a close first) every
 stream buffer is closed, so those writers return at once.
+
+**A deadline for the first request.** hypercorn gives a new connection the
+whole keep-alive timeout (300 s) to send its first request, so connections
+that never ask anything (idle, or with a request line or header block sent
+half) held a file descriptor each for minutes. With
+:func:`deadline_for_first_request` set, a connection that has not started a
+request within that many seconds of being accepted is closed. After its first
+request, an idle connection lasts ``keep_alive_timeout`` as before. An
+HTTP/2 connection with prior knowledge (h2c) had no timer at all until its
+first request ended: hypercorn reads the HTTP/2 preface as an HTTP/1.1
+request, stops the idle timer for it and hands over to HTTP/2 without
+starting it again, so such a connection that never asked lasted for good.
+The timer now starts again when HTTP/2 takes over an idle connection.
+
+**Control-frame floods** (HTTP/2). h2 answers every PING and hypercorn
+handles every SETTINGS, PRIORITY, unknown frame and empty DATA frame, however
+many a client sends, so one connection flooding them (CVE-2019-9512 and -9518
+in other servers) took the CPU from every other client. Each connection now
+has a budget of such frames: ``CONTROL_BURST`` at first, ``CONTROL_RATE``
+more per second and ``CONTROL_PER_REQUEST`` more per request it starts (for
+clients that send a PRIORITY frame with each). A connection over its budget
+ends with GOAWAY ENHANCE_YOUR_CALM.
 """
 
 from __future__ import annotations
@@ -58,10 +80,14 @@ from typing import Any, TypeVar
 import h2.errors
 import h2.events
 import h2.exceptions
+import structlog
 from hypercorn.asyncio.tcp_server import TCPServer
-from hypercorn.events import Closed
+from hypercorn.events import Closed, Updated
+from hypercorn.protocol import ProtocolWrapper
 from hypercorn.protocol.h2 import H2Protocol
 from priority.priority import TooManyStreamsError
+
+log = structlog.get_logger("ans.http")
 
 _INSTALLED = "_ans_hypercorn_fixes"
 _GONE = "_ans_client_gone"
@@ -78,6 +104,8 @@ def install() -> None:
     _release_answers_to_a_closed_connection()
     _calm_a_connection_with_too_many_streams()
     _count_connections_per_client()
+    _budget_control_frames()
+    _time_a_connection_handed_to_http2()
 
 
 def _mark(fn: F) -> F:
@@ -148,11 +176,49 @@ def _close_when_the_client_has_gone() -> None:
     async def close_or_keep_alive(self: Any) -> None:
         if getattr(self, _GONE, False):
             await asyncio.shield(self._initiate_server_close())
-        else:
-            await idle_timeout(self)
+            return
+        first = getattr(self.config, _FIRST_REQUEST, 0)
+        if first and not _has_started_a_request(self):
+            # Cancelled (idle_task.stop) as soon as a request starts.
+            try:
+                await asyncio.wait_for(self.context.terminated.wait(), first)
+            except TimeoutError:
+                log.info("connection closed: no request within the deadline", seconds=first)
+            await asyncio.shield(self._initiate_server_close())
+            return
+        await idle_timeout(self)
 
     TCPServer._read_data = _mark(read_until_gone)  # type: ignore[method-assign]
     TCPServer._idle_timeout = _mark(close_or_keep_alive)  # type: ignore[method-assign]
+
+
+_FIRST_REQUEST = "ans_first_request_timeout"
+
+
+def deadline_for_first_request(hc: Any, seconds: float) -> None:
+    """Close a connection that has not started a request within ``seconds``
+    of being accepted (0: no deadline but the keep-alive timeout), for
+    servers run with this hypercorn config."""
+    setattr(hc, _FIRST_REQUEST, seconds)
+
+
+def _has_started_a_request(server: Any) -> bool:
+    wrapper = getattr(server, "protocol", None)
+    protocol = getattr(wrapper, "protocol", None)
+    return bool(getattr(protocol, "keep_alive_requests", 1))
+
+
+def _time_a_connection_handed_to_http2() -> None:
+    handle = ProtocolWrapper.handle
+
+    async def handle_then_time(self: Any, event: Any) -> None:
+        before = self.protocol
+        await handle(self, event)
+        if self.protocol is not before and isinstance(self.protocol, H2Protocol):
+            if self.protocol.idle:  # no request yet: the idle timer runs again
+                await self.send(Updated(idle=True))
+
+    ProtocolWrapper.handle = _mark(handle_then_time)  # type: ignore[method-assign]
 
 
 # -- answers to a closed connection ----------------------------------------------------------
@@ -185,17 +251,24 @@ def _calm_a_connection_with_too_many_streams() -> None:
         except TooManyStreamsError:
             self.streams.pop(request.stream_id, None)
             self.stream_buffers.pop(request.stream_id, None)
-            if getattr(self, _CALMED, False):
-                return
-            setattr(self, _CALMED, True)
-            try:
-                self.connection.close_connection(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
-            except h2.exceptions.ProtocolError:
-                pass  # already closing
-            await self._flush()
-            await self.send(Closed())
+            await _calm(self, "too many streams reset before their answers")
 
     H2Protocol._create_stream = _mark(create_or_calm)  # type: ignore[method-assign]
+
+
+async def _calm(proto: Any, reason: str) -> None:
+    """End the connection with GOAWAY ENHANCE_YOUR_CALM (once)."""
+    if getattr(proto, _CALMED, False):
+        return
+    setattr(proto, _CALMED, True)
+    client = proto.client[0] if isinstance(proto.client, tuple) and proto.client else None
+    log.warning("http2 connection ended: enhance your calm", reason=reason, client=client)
+    try:
+        proto.connection.close_connection(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+    except h2.exceptions.ProtocolError:
+        pass  # already closing
+    await proto._flush()
+    await proto.send(Closed())
 
 
 # -- connections per client address -------------------------------------------------------
@@ -235,3 +308,52 @@ def _count_connections_per_client() -> None:
                 del counts[client]
 
     TCPServer.run = _mark(run_capped)  # type: ignore[method-assign]
+
+
+# -- control-frame floods -----------------------------------------------------------------
+
+CONTROL_BURST = 200.0
+CONTROL_RATE = 20.0  # per second
+CONTROL_PER_REQUEST = 2.0
+_BUDGET = "_ans_control_budget"
+
+
+def _control_frame(event: h2.events.Event) -> bool:
+    """A frame that costs the server work but moves no request forward."""
+    if isinstance(event, h2.events.DataReceived):
+        return not event.data and event.stream_ended is None
+    return isinstance(
+        event,
+        (
+            h2.events.PingReceived,
+            h2.events.RemoteSettingsChanged,
+            h2.events.PriorityUpdated,
+            h2.events.UnknownFrameReceived,
+        ),
+    )
+
+
+def _within_budget(proto: Any, events: list[h2.events.Event]) -> bool:
+    """Charge ``events`` to the connection's control-frame budget."""
+    now = asyncio.get_running_loop().time()
+    tokens, since = getattr(proto, _BUDGET, (CONTROL_BURST, now))
+    tokens = min(CONTROL_BURST, tokens + (now - since) * CONTROL_RATE)
+    for event in events:
+        if isinstance(event, h2.events.RequestReceived):
+            tokens = min(CONTROL_BURST, tokens + CONTROL_PER_REQUEST)
+        elif _control_frame(event):
+            tokens -= 1.0
+    setattr(proto, _BUDGET, (tokens, now))
+    return tokens >= 0.0
+
+
+def _budget_control_frames() -> None:
+    handle_events = H2Protocol._handle_events
+
+    async def handle_within_budget(self: Any, events: list[h2.events.Event]) -> None:
+        if _within_budget(self, events):
+            await handle_events(self, events)
+        else:
+            await _calm(self, "control-frame flood (PING, SETTINGS, PRIORITY, empty DATA)")
+
+    H2Protocol._handle_events = _mark(handle_within_budget)  # type: ignore[method-assign]

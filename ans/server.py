@@ -341,6 +341,8 @@ def hypercorn_config(config: Config, sock: socket.socket) -> HypercornConfig:
     hc.errorlog = logging.getLogger("hypercorn.error")  # through our handler, once
     hc.graceful_timeout = 2.0
     hypercorn_fixes.cap_connections_per_client(hc, config.max_connections_per_client)
+    hypercorn_fixes.deadline_for_first_request(hc, config.request_timeout)
+    hc.ssl_handshake_timeout = config.request_timeout
     if config.tls_certfile is not None:
         hc.certfile = str(config.tls_certfile)
         hc.keyfile = str(config.tls_keyfile)
@@ -364,7 +366,12 @@ def serve_forever(
     host, port = sock.getsockname()[:2]
     scheme = "https" if config.tls_certfile else "http"
     url = f"{scheme}://{'[' + host + ']' if ':' in host else host}:{port}"
-    app = AnsApp(service, gate, (freshness,) if freshness is not None else ())
+    app = AnsApp(
+        service,
+        gate,
+        (freshness,) if freshness is not None else (),
+        body_timeout=config.request_timeout,
+    )
     native_at = config.native_host_port
     native_tls = native_ssl_context(config) if native_at is not None else None
     hc = hypercorn_config(config, sock)
@@ -380,7 +387,11 @@ def serve_forever(
             loop.add_signal_handler(sig, stop.set)
         native = None
         if native_at is not None:
-            native = NativeListener(app, keep_alive_timeout=config.keep_alive_timeout)
+            native = NativeListener(
+                app,
+                keep_alive_timeout=config.keep_alive_timeout,
+                request_timeout=config.request_timeout,
+            )
             n_host, n_port = await native.start(*native_at, native_tls)
             scheme = SCHEME_TLS if native_tls is not None else SCHEME_CLEARTEXT
             shown = f"[{n_host}]" if ":" in n_host else n_host

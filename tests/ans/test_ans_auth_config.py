@@ -93,3 +93,11 @@ def test_max_connections_per_client(tmp_path: Path) -> None:
     for bad in ("-1", "2000000", '"many"'):
         with pytest.raises(ConfigError, match="max_connections_per_client"):
             load(write(tmp_path, f"[server]\nmax_connections_per_client = {bad}\n"))
+
+
+def test_request_timeout(tmp_path: Path) -> None:
+    assert load(None).request_timeout == 10.0
+    assert load(write(tmp_path, "[server]\nrequest_timeout = 2.5\n")).request_timeout == 2.5
+    for bad in ("0", "-1", "301", '"soon"'):
+        with pytest.raises(ConfigError, match="request_timeout"):
+            load(write(tmp_path, f"[server]\nrequest_timeout = {bad}\n"))

@@ -9,7 +9,10 @@
   held in CLOSE-WAIT for the keep-alive timeout.
 * A client that asks and leaves without reading leaves nothing behind, and
   requests whose body never comes do not keep the server from stopping.
-* A rapid-reset flood ends its connection with GOAWAY ENHANCE_YOUR_CALM."""
+* A rapid-reset flood ends its connection with GOAWAY ENHANCE_YOUR_CALM, and
+  so does a flood of PING, SETTINGS or empty DATA frames.
+* A connection that does not start a request within ``request_timeout`` is
+  closed; one that has asked may stay idle for the keep-alive timeout."""
 
 from __future__ import annotations
 
@@ -24,7 +27,9 @@ from typing import Any
 import h2.config
 import h2.connection
 import h2.events
+import hpack
 import pytest
+from hyperframe.frame import DataFrame, HeadersFrame, SettingsFrame
 
 from ans.launcher import RunningServer
 
@@ -116,6 +121,19 @@ class RawH2:
         elif isinstance(event, h2.events.ConnectionTerminated):
             self.terminated = True
             self.goaway = int(event.error_code) if event.error_code is not None else None
+
+    def read_until_terminated(self, seconds: float = 10.0) -> None:
+        """Read (bounded in time) until the server ends the connection."""
+        deadline = time.monotonic() + seconds
+        while not self.terminated and time.monotonic() < deadline:
+            try:
+                data = self.sock.recv(65536)
+            except TimeoutError:
+                break
+            if not data:
+                break
+            for event in self.conn.receive_data(data):
+                self._event(event)
 
     def close(self) -> None:
         self.sock.close()
@@ -299,16 +317,7 @@ def test_a_rapid_reset_flood_gets_a_goaway_not_a_crash(demo: RunningServer) -> N
             sid = client.start("DISCOVER", "/", flush=False)
             client.conn.reset_stream(sid)
         client.sock.sendall(client.conn.data_to_send())
-        deadline = time.monotonic() + 10
-        while not client.terminated and time.monotonic() < deadline:
-            try:
-                data = client.sock.recv(65536)
-            except TimeoutError:
-                break
-            if not data:
-                break
-            for event in client.conn.receive_data(data):
-                client._event(event)
+        client.read_until_terminated()
         assert client.goaway == 11  # ENHANCE_YOUR_CALM
     finally:
         client.close()
@@ -348,3 +357,97 @@ def test_connections_per_client_address_are_capped(tmp_path: Path, server_factor
     finally:
         for client in held:
             client.close()
+
+
+def _pings(client: RawH2, n: int) -> bytes:
+    for i in range(n):
+        client.conn.ping(i.to_bytes(8, "big"))
+    return client.conn.data_to_send()
+
+
+def _settings(client: RawH2, n: int) -> bytes:
+    return SettingsFrame(0, settings={SettingsFrame.MAX_CONCURRENT_STREAMS: 100}).serialize() * n
+
+
+def _empty_data(client: RawH2, n: int) -> bytes:
+    sid = client.start("DISCOVER", "/")  # a request whose body is all empty frames
+    return DataFrame(sid, data=b"").serialize() * n
+
+
+@pytest.mark.parametrize(
+    "flood", [_pings, _settings, _empty_data], ids=["ping", "settings", "empty-data"]
+)
+def test_a_control_frame_flood_gets_a_goaway(demo: RunningServer, flood: Any) -> None:
+    """Frames that make the server work but ask for nothing end the
+    connection past a budget (GOAWAY ENHANCE_YOUR_CALM); the server goes on
+    serving everyone else."""
+    client = RawH2(demo.url)
+    try:
+        client.sock.sendall(flood(client, 1000))  # in one write, as a flood arrives
+        client.read_until_terminated()
+        assert client.goaway == 11  # ENHANCE_YOUR_CALM
+    finally:
+        client.close()
+    ask_once(demo.url)
+
+
+def test_a_client_within_the_control_frame_budget_is_served(demo: RunningServer) -> None:
+    """A hundred PINGs at once, SETTINGS changes and a request: all answered."""
+    client = RawH2(demo.url)
+    try:
+        client.sock.sendall(_pings(client, 100) + _settings(client, 20))
+        for _ in range(3):
+            sid = client.start("DISCOVER", "/")
+            client.finish(sid)
+            assert_answered(client.wait(sid))
+        assert not client.terminated and client.goaway is None
+    finally:
+        client.close()
+
+
+def closed_after(sock: socket.socket, start: float, limit: float) -> float:
+    """Seconds from ``start`` until the server closes ``sock`` (reading and
+    dropping anything it sends first); fails past ``limit``."""
+    sock.settimeout(0.2)
+    while time.monotonic() - start < limit:
+        try:
+            if sock.recv(65536) == b"":
+                return time.monotonic() - start
+        except TimeoutError:
+            continue
+        except ConnectionResetError:
+            return time.monotonic() - start
+    raise AssertionError(f"connection still open after {limit} s")
+
+
+def test_a_connection_must_start_a_request_within_request_timeout(
+    tmp_path: Path, server_factory: Any
+) -> None:
+    cfg = tmp_path / "ans.toml"
+    cfg.write_text("[server]\nrequest_timeout = 1\n\n[rate_limit]\nenabled = false\n")
+    srv = server_factory(tmp_path / "data", "--demo", "--config", str(cfg))
+    host, port = srv.url.removeprefix("http://").rsplit(":", 1)
+    start = time.monotonic()
+    silent = socket.create_connection((host, int(port)), timeout=10)
+    # HTTP/2: the preface and a header block that never ends (no END_HEADERS)
+    half_h2 = RawH2(srv.url)
+    block = hpack.Encoder().encode([(":method", "DISCOVER"), (":path", "/"), *IDENTITY])
+    half_h2.sock.sendall(HeadersFrame(1, data=block).serialize())
+    # HTTP/1.1: a request line and a header, but no blank line
+    half_h1 = socket.create_connection((host, int(port)), timeout=10)
+    half_h1.sendall(b"POST /agtp HTTP/1.1\r\nhost: ans\r\nagtp-method: DISCOVER\r\n")
+    # A client that has asked may stay idle past the deadline and ask again.
+    kept = RawH2(srv.url)
+    try:
+        sid = kept.start("DISCOVER", "/")
+        kept.finish(sid)
+        assert_answered(kept.wait(sid))
+        for sock in (silent, half_h2.sock, half_h1):
+            assert 0.8 < closed_after(sock, start, 8.0)  # by the deadline, not at once
+        time.sleep(1.0)  # the kept connection has now been idle for about 2 s
+        sid = kept.start("DISCOVER", "/")
+        kept.finish(sid)
+        assert_answered(kept.wait(sid))
+    finally:
+        for sock in (silent, half_h2.sock, half_h1, kept.sock):
+            sock.close()
