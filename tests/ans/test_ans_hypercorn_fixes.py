@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import h2.events
+import structlog.testing
 from hypercorn.asyncio.tcp_server import TCPServer
 from hypercorn.protocol import ProtocolWrapper
 from hypercorn.protocol.h2 import H2Protocol
@@ -86,3 +87,18 @@ def test_the_budget_is_a_burst_then_a_rate_and_requests_earn_more() -> None:
         assert hypercorn_fixes._within_budget(proto, [_ping()] * 3)
 
     asyncio.run(run())
+
+
+def test_connections_ended_in_a_flood_are_logged_once_a_second() -> None:
+    async def run() -> list[dict[str, object]]:
+        hypercorn_fixes._calm_log.update(at=float("-inf"), unlogged=0)
+        with structlog.testing.capture_logs() as logs:
+            for _ in range(50):
+                hypercorn_fixes._log_calm("control-frame flood", "192.0.2.1")
+            await asyncio.sleep(hypercorn_fixes.CALM_LOG_EVERY + 0.05)
+            hypercorn_fixes._log_calm("control-frame flood", "192.0.2.1")
+        return logs
+
+    logs = asyncio.run(run())
+    assert [entry["also_ended_since_last_line"] for entry in logs] == [0, 49]
+    assert all(entry["client"] == "192.0.2.1" for entry in logs)

@@ -65,6 +65,7 @@ class RawH2:
         self.answers: dict[int, Answer] = {}
         self.terminated = False
         self.goaway: int | None = None  # the error code of a GOAWAY received
+        self.ping_acks = 0
         self._flush()
 
     def _flush(self) -> None:
@@ -118,6 +119,8 @@ class RawH2:
             self.answers[event.stream_id].ended = True
         elif isinstance(event, h2.events.StreamReset):
             self.answers[event.stream_id].reset = event.error_code
+        elif isinstance(event, h2.events.PingAckReceived):
+            self.ping_acks += 1
         elif isinstance(event, h2.events.ConnectionTerminated):
             self.terminated = True
             self.goaway = int(event.error_code) if event.error_code is not None else None
@@ -386,6 +389,9 @@ def test_a_control_frame_flood_gets_a_goaway(demo: RunningServer, flood: Any) ->
         client.sock.sendall(flood(client, 1000))  # in one write, as a flood arrives
         client.read_until_terminated()
         assert client.goaway == 11  # ENHANCE_YOUR_CALM
+        # The server stopped answering soon after the budget (200), not after
+        # all it had read: at most one more 4 KB piece of PINGs (~240).
+        assert client.ping_acks <= 200 + 4096 // 17
     finally:
         client.close()
     ask_once(demo.url)
