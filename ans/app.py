@@ -118,7 +118,12 @@ class AnsApp:
                 await self._http(scope, send)
                 return
             body = await self._read_body(receive, headers)
-            creds = Credentials.from_request(headers, scope.get("extensions"))
+            client = scope.get("client")  # (host, port), or None (e.g. a unix socket)
+            creds = Credentials.from_request(
+                headers,
+                scope.get("extensions"),
+                client_address=str(client[0]) if client else None,
+            )
         except Exception as exc:
             answer = self.failure(exc, task_id, scope.get("method"), scope.get("path"))
         else:

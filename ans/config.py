@@ -20,7 +20,7 @@ from ans.federation.peers import (
     check_peers,
     federation_from_table,
 )
-from ans.governance.ratelimit import RateLimitSettings
+from ans.governance.ratelimit import RateLimitSettings, parse_networks
 
 from .ann import AnnSettings
 from .freshness import FreshnessConfigError, FreshnessSettings, freshness_from_table
@@ -85,7 +85,7 @@ class Config:
     # mtls mode: SubjectAltName URIs of peer ANS servers trusted to forward a
     # DISCOVER (AGTP-Federation-Path set) on behalf of the caller they name.
     auth_forwarders: tuple[str, ...] = ()
-    # [rate_limit] per Agent-ID
+    # [rate_limit] per Agent-ID and per client address
     rate_limit: RateLimitSettings = field(default_factory=RateLimitSettings)
     # [index] exact below exact_max agents, FAISS IVF-SQ8 candidates above
     index: AnnSettings = field(default_factory=AnnSettings)
@@ -360,6 +360,16 @@ def _rate_limit(body: Any) -> RateLimitSettings:
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ConfigError("[rate_limit] exempt_agent_ids must be a list of Agent-IDs")
             value = tuple(value)
+        elif key == "exempt_addresses":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(
+                    "[rate_limit] exempt_addresses must be a list of IP addresses or "
+                    'CIDR networks, e.g. ["10.0.0.0/8", "2001:db8::/32"]'
+                )
+            try:
+                value = parse_networks(value)
+            except ValueError as exc:
+                raise ConfigError(f"[rate_limit] exempt_addresses: {exc}") from None
         else:
             try:
                 _check_type(key, value, getattr(defaults, key))

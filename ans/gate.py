@@ -1,6 +1,9 @@
 """The requester gate: the one place in the request path where an
-identity-bearing AGTP request is authenticated (401) and rate limited (429),
-after parsing and before the service's scope (451) and zone (453) checks.
+identity-bearing AGTP request is rate limited per client address (429),
+authenticated (401) and rate limited per Agent-ID (429), in that order, after
+parsing and before the service's scope (451) and zone (453) checks. The
+per-address limit comes first so that a flood of bad credentials (or, in
+auth mode ``open``, of rotated Agent-IDs) from one address is bounded too.
 
 A request is identity-bearing when it carries an ``identity`` (DISCOVER,
 ACTIVATE, DESCRIBE of an indexed agent, and any later method whose typed
@@ -29,7 +32,7 @@ from ans.governance.auth import (
     authenticate_certificate,
     authenticate_token,
 )
-from ans.governance.ratelimit import AuditNote, RateLimiter
+from ans.governance.ratelimit import AuditNote, RateLimiter, address_key, client_ip
 from ans.governance.signing import KeyLookup
 from ans.protocol.errors import AgtpError, InvalidHeader, RateLimited
 from ans.protocol.messages import ZONE_RE, DescribeRequest, DiscoverRequest, Identity
@@ -49,17 +52,22 @@ class Credentials:
     authorization: str | None = None
     zone_header: str | None = None
     client_cert_chain: tuple[str, ...] = ()  # PEM, leaf first (ASGI TLS extension)
+    client_address: str | None = None  # the transport's peer host (ASGI scope["client"][0])
 
     @classmethod
     def from_request(
-        cls, headers: dict[str, str], scope_extensions: dict[str, Any] | None
+        cls,
+        headers: dict[str, str],
+        scope_extensions: dict[str, Any] | None,
+        *,
+        client_address: str | None = None,
     ) -> Credentials:
         chain: tuple[str, ...] = ()
         tls = (scope_extensions or {}).get("tls")
         if isinstance(tls, dict):
             certs = tls.get("client_cert_chain") or ()
             chain = tuple(c for c in certs if isinstance(c, str))
-        return cls(headers.get("authorization"), headers.get(ZONE_HEADER), chain)
+        return cls(headers.get("authorization"), headers.get(ZONE_HEADER), chain, client_address)
 
     def zone(self) -> str | None:
         """The AGTP-Zone-ID header, validated (400 when malformed)."""
@@ -92,6 +100,10 @@ class RequestGate:
         self.clock = clock
         self.forwarders = frozenset(config.auth_forwarders)
         self.limiter = RateLimiter(config.rate_limit, monotonic)
+        self.address_limiter = RateLimiter(
+            config.rate_limit.per_address(), monotonic, key_field="client_address"
+        )
+        self.exempt_addresses = config.rate_limit.exempt_addresses
         if self.mode == "token" and (token_keys is None or clock is None):
             raise ValueError("token mode needs token issuer keys and a clock")
 
@@ -102,11 +114,13 @@ class RequestGate:
         return identity if isinstance(identity, Identity) else None
 
     def admit(self, method: str, req: R, creds: Credentials) -> R:
-        """Authenticate, then rate limit; return the request with its effective identity."""
+        """Rate limit per client address, authenticate, then rate limit per
+        Agent-ID; return the request with its effective identity."""
         identity = self.identity_of(req)
         if identity is None:
             return req
         task_id = getattr(req, "task_id", None)
+        self._limit_address(method, identity, task_id, creds.client_address)
         # A DISCOVER on a federation path may come from a trusted forwarding ANS.
         forwarded = isinstance(req, DiscoverRequest) and bool(req.federation_path)
         auth = self._authenticate(method, identity, creds, task_id, forwarded)
@@ -176,20 +190,48 @@ class RequestGate:
             task_id=task_id,
         )
 
+    def _limit_address(
+        self, method: str, identity: Identity, task_id: str | None, address: str | None
+    ) -> None:
+        if not self.address_limiter.settings.enabled:
+            return
+        ip = client_ip(address)
+        if ip is None or any(ip in net for net in self.exempt_addresses):
+            return  # not an IP address (unix socket, unknown), or exempt
+        key = address_key(ip)
+        decision = self.address_limiter.check(key, method)
+        for note in decision.notes:
+            self._write(note, method, identity, task_id, "client_address", client_address=key)
+        if not decision.allowed:
+            raise RateLimited(
+                f"too many requests from this client address; retry after {decision.retry_after}s",
+                headers=(("retry-after", str(decision.retry_after)),),
+            )
+
     def _rate_limit(self, method: str, identity: Identity, task_id: str | None) -> None:
         decision = self.limiter.check(identity.agent_id, method)
         for note in decision.notes:
-            self._write(note, method, identity, task_id)
+            self._write(note, method, identity, task_id, "agent_id")
         if not decision.allowed:
             raise RateLimited(
                 f"too many requests from this Agent-ID; retry after {decision.retry_after}s",
                 headers=(("retry-after", str(decision.retry_after)),),
             )
 
-    def _write(self, note: AuditNote, method: str, identity: Identity, task_id: str | None) -> None:
+    def _write(
+        self,
+        note: AuditNote,
+        method: str,
+        identity: Identity,
+        task_id: str | None,
+        limit: str,
+        **about: Any,
+    ) -> None:
+        """One limiter note as an audit record; ``limit`` ("agent_id" or
+        "client_address") says which limit refused."""
         fields: dict[str, Any] = {"auth_mode": self.mode}
         if note.event == "rate_limited":
-            fields.update(status=429, code="rate_limited")
+            fields.update(status=429, code="rate_limited", limit=limit)
         if note.fields.get("summary"):
             # A summary of earlier refusals: not about the request at hand.
             fields.update(note.fields)
@@ -199,6 +241,7 @@ class RequestGate:
                 agent_id=identity.agent_id,
                 principal_id=identity.principal_id,
                 task_id=task_id,
+                **about,
                 **note.fields,
             )
         self.audit.record(note.event, **fields)
@@ -206,8 +249,17 @@ class RequestGate:
             log.warning("enumeration suspected", agent_id=identity.agent_id)
 
     def flush(self) -> None:
-        """Write pending suppressed-refusal counts (at shutdown)."""
-        for note in self.limiter.flush():
-            self.audit.record(
-                note.event, auth_mode=self.mode, status=429, code="rate_limited", **note.fields
-            )
+        """Write pending suppressed-refusal counts of both limits (at shutdown)."""
+        for limit, limiter in (
+            ("agent_id", self.limiter),
+            ("client_address", self.address_limiter),
+        ):
+            for note in limiter.flush():
+                self.audit.record(
+                    note.event,
+                    auth_mode=self.mode,
+                    status=429,
+                    code="rate_limited",
+                    limit=limit,
+                    **note.fields,
+                )

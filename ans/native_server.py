@@ -258,7 +258,7 @@ class NativeConnection(asyncio.Protocol):
                     assert self.transport is not None
                     self.transport.resume_reading()
                     self.paused = False
-                creds = Credentials.from_request(item.headers, self.tls)
+                creds = Credentials.from_request(item.headers, self.tls, client_address=self.client)
                 answer = await self.app.answer(item.method, item.headers, item.body, creds)
                 self._write(answer)
         finally:

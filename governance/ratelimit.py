@@ -1,8 +1,12 @@
-"""Rate limits per Agent-ID (discovery draft 7.2), sans-IO.
+"""Rate limits per Agent-ID (discovery draft 7.2) and per client address, sans-IO.
 
-* A token bucket per Agent-ID: ``rate`` tokens per second, at most ``burst``;
+* A token bucket per key: ``rate`` tokens per second, at most ``burst``;
   each request takes one; an empty bucket is a 429 with ``Retry-After`` =
-  the whole seconds until one token is back (at least 1).
+  the whole seconds until one token is back (at least 1). The key is the
+  Agent-ID, or (a second :class:`RateLimiter`, settings from
+  :meth:`RateLimitSettings.per_address`) the client address from
+  :func:`address_key`: in auth mode ``open`` the Agent-ID is self-asserted,
+  so a caller rotating Agent-IDs is bounded only by its address.
 * Audit without flooding the audit log: the first refusal for an Agent-ID
   writes a ``rate_limited`` note and opens an ``audit_window``; refusals
   inside the window are only counted. The count is written as ``suppressed``
@@ -16,6 +20,10 @@
 * Memory is bounded: at most ``max_tracked`` Agent-IDs; a new one evicts the
   least recently seen idle Agent-ID (bucket full, nothing pending) or, if
   none of the oldest ``EVICTION_SCAN`` is idle, the least recently seen.
+* Client addresses: an IPv4-mapped IPv6 address counts as its IPv4 address;
+  other IPv6 addresses are keyed by their /64 (one host usually holds a whole
+  /64, so rotating inside it must not escape the limit). What is not an IP
+  address (a unix socket, unknown) has no key and is not limited.
 
 The limiter returns :class:`AuditNote` values; the caller writes them.
 Time comes from an injected monotonic clock.
@@ -23,15 +31,20 @@ Time comes from an injected monotonic clock.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 Monotonic = Callable[[], float]
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 EVICTION_SCAN = 64
+IPV6_KEY_PREFIX = 64  # IPv6 clients are keyed by their /64
+_IPV4_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +57,23 @@ class RateLimitSettings:
     audit_window: float = 60.0  # seconds: at most one rate_limited record per Agent-ID
     enumeration_threshold: int = 300  # DISCOVERs ... (0 disables the signal)
     enumeration_window: float = 10.0  # ... within this many seconds
+    # Per client address (before authentication); 0 disables this limit only.
+    per_address_rate: float = 200.0  # tokens per second
+    per_address_burst: int = 400
+    exempt_addresses: tuple[IPNetwork, ...] = ()  # parsed by parse_networks
+
+    def per_address(self) -> RateLimitSettings:
+        """The settings of the per-client-address limiter (no enumeration signal,
+        no exempt Agent-IDs; the exempt addresses are the caller's to apply)."""
+        on = self.enabled and self.per_address_rate > 0
+        return replace(
+            self,
+            enabled=on,
+            rate=self.per_address_rate if on else 1.0,
+            burst=self.per_address_burst,
+            exempt_agent_ids=(),
+            enumeration_threshold=0,
+        )
 
     def problems(self) -> list[str]:
         out = []
@@ -59,7 +89,53 @@ class RateLimitSettings:
             out.append("enumeration_threshold must be >= 0 (0 disables it)")
         if not self.enumeration_window > 0:
             out.append("enumeration_window must be positive")
+        r = self.per_address_rate
+        if not (r == 0 or (r > 0 and math.isfinite(r))):
+            out.append(
+                "per_address_rate must be a positive number of requests per second "
+                "(0 turns the per-address limit off)"
+            )
+        if self.per_address_burst < 1:
+            out.append("per_address_burst must be at least 1")
+        if not all(isinstance(n, IPNetwork) for n in self.exempt_addresses):
+            out.append("exempt_addresses must be IP networks (see parse_networks)")
         return out
+
+
+def parse_networks(entries: Iterable[str]) -> tuple[IPNetwork, ...]:
+    """IP addresses or CIDR networks, IPv4 or IPv6 (host bits allowed);
+    IPv4-mapped IPv6 networks become IPv4 ones. ValueError names a bad entry."""
+    out: list[IPNetwork] = []
+    for entry in entries:
+        try:
+            net = ipaddress.ip_network(entry.strip(), strict=False)
+        except ValueError:
+            raise ValueError(f"{entry!r} is not an IP address or CIDR network") from None
+        if isinstance(net, ipaddress.IPv6Network) and net.subnet_of(_IPV4_MAPPED):
+            net = ipaddress.IPv4Network((int(net.network_address) & 0xFFFFFFFF, net.prefixlen - 96))
+        out.append(net)
+    return tuple(out)
+
+
+def client_ip(address: str | None) -> IPAddress | None:
+    """The IP address a client connected from (IPv4-mapped IPv6 as IPv4), or
+    None when ``address`` is not an IP address (a unix socket, unknown)."""
+    if not address:
+        return None
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+def address_key(ip: IPAddress) -> str:
+    """The rate-limit key of a client IP: the IPv4 address, or the IPv6 /64."""
+    if isinstance(ip, ipaddress.IPv4Address):
+        return str(ip)
+    return str(ipaddress.IPv6Network((int(ip), IPV6_KEY_PREFIX), strict=False))
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +164,16 @@ class _Agent:
 
 
 class RateLimiter:
-    def __init__(self, settings: RateLimitSettings, monotonic: Monotonic = time.monotonic) -> None:
+    """Token buckets per key; ``key_field`` names the key in summary notes."""
+
+    def __init__(
+        self,
+        settings: RateLimitSettings,
+        monotonic: Monotonic = time.monotonic,
+        key_field: str = "agent_id",
+    ) -> None:
         self.settings = settings
+        self.key_field = key_field
         self._now = monotonic
         self._exempt = frozenset(settings.exempt_agent_ids)
         self._agents: OrderedDict[str, _Agent] = OrderedDict()
@@ -174,7 +258,7 @@ class RateLimiter:
     def _summary(self, agent_id: str, agent: _Agent) -> AuditNote:
         note = AuditNote(
             "rate_limited",
-            {"agent_id": agent_id, "suppressed": agent.suppressed, "summary": True},
+            {self.key_field: agent_id, "suppressed": agent.suppressed, "summary": True},
         )
         agent.suppressed = 0
         agent.audit_until = None

@@ -3,6 +3,7 @@ stop a half-configured token or mTLS server from starting."""
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,22 @@ def test_auth_and_rate_limit_sections(tmp_path: Path) -> None:
         ("[rate_limit]\nburst = 0\n", "burst"),
         ('[rate_limit]\nburst = "many"\n', "wrong type"),
         ("[rate_limit]\nspeed = 3\n", "unknown key"),
+        ("[rate_limit]\nper_address_rate = -1\n", "per_address_rate must be a positive"),
+        ("[rate_limit]\nper_address_rate = inf\n", "per_address_rate must be a positive"),
+        ("[rate_limit]\nper_address_rate = nan\n", "per_address_rate must be a positive"),
+        ('[rate_limit]\nper_address_rate = "fast"\n', "per_address_rate has the wrong type"),
+        ("[rate_limit]\nper_address_burst = 0\n", "per_address_burst must be at least 1"),
+        ("[rate_limit]\nper_address_burst = 2.5\n", "per_address_burst has the wrong type"),
+        ('[rate_limit]\nexempt_addresses = "10.0.0.0/8"\n', "exempt_addresses must be a list"),
+        ("[rate_limit]\nexempt_addresses = [10]\n", "exempt_addresses must be a list"),
+        (
+            '[rate_limit]\nexempt_addresses = ["10.0.0.0/8", "10.0.0.0/33"]\n',
+            "exempt_addresses: '10.0.0.0/33' is not an IP address or CIDR network",
+        ),
+        (
+            '[rate_limit]\nexempt_addresses = ["gateway.internal"]\n',
+            "'gateway.internal' is not an IP address",
+        ),
         ('[auth]\nissuer = "x"\n', "unknown key"),
         ('[auth]\nforwarders = ["agtp://a.example/agents/ans"]\n', "only in auth mode mtls"),
     ],
@@ -57,6 +74,33 @@ def test_auth_and_rate_limit_sections(tmp_path: Path) -> None:
 def test_bad_auth_config(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load(write(tmp_path, text))
+
+
+def test_per_address_rate_limit_keys(tmp_path: Path) -> None:
+    default = load(None).rate_limit
+    assert (default.per_address_rate, default.per_address_burst) == (200.0, 400)
+    assert default.exempt_addresses == ()
+    cfg = load(
+        write(
+            tmp_path,
+            "[rate_limit]\nper_address_rate = 3\nper_address_burst = 9\n"
+            'exempt_addresses = ["127.0.0.1", "10.0.0.0/8", "2001:db8::/32", '
+            '"192.0.2.9/24", "::ffff:198.51.100.0/120"]\n',
+        )
+    ).rate_limit
+    assert (cfg.per_address_rate, cfg.per_address_burst) == (3, 9)
+    assert cfg.exempt_addresses == tuple(
+        ipaddress.ip_network(n)
+        for n in (
+            "127.0.0.1/32",
+            "10.0.0.0/8",
+            "2001:db8::/32",
+            "192.0.2.0/24",  # host bits allowed
+            "198.51.100.0/24",  # IPv4-mapped: the IPv4 network
+        )
+    )
+    off = load(write(tmp_path, "[rate_limit]\nper_address_rate = 0\n")).rate_limit
+    assert off.per_address_rate == 0 and not off.per_address().enabled and off.enabled
 
 
 def test_mtls_complete(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """The request path through the ASGI app in-process (no sockets): parse ->
-authenticate (401) -> rate limit (429) -> scope (451) -> zone (453), the
+rate limit per client address (429) -> authenticate (401) -> rate limit per
+Agent-ID (429) -> scope (451) -> zone (453), the
 effective scope after token authentication, the response headers
 (WWW-Authenticate, Retry-After) and the audit records; mTLS identity from the
 ASGI TLS extension; the federator forwarding the caller's token."""
@@ -22,7 +23,7 @@ from ans.federation.transport import PeerError, PeerReply
 from ans.governance.audit import AuditLog
 from ans.governance.keys import SigningKey, TrustedKeys, b64url
 from ans.governance.policy import ZonePolicy
-from ans.governance.ratelimit import RateLimitSettings
+from ans.governance.ratelimit import RateLimitSettings, parse_networks
 from ans.protocol.messages import ActivateRequest, Identity, Limits, parse_discover
 from ans.protocol.scope import parse_authority_scope
 
@@ -122,6 +123,7 @@ def call(
     headers: dict[str, str] | None = None,
     tls_chain: list[str] | None = None,
     raw_extra: list[tuple[str, str]] | None = None,  # sent as well, repeats included
+    client: str | None = None,  # the ASGI scope's client host
 ) -> tuple[int, dict[str, str], dict[str, Any]]:
     hdrs = {"agent-id": AGENT, "principal-id": "usr-1", "authority-scope": scope}
     if token is not None:
@@ -135,6 +137,8 @@ def call(
         "headers": [(k.encode(), v.encode()) for k, v in [*hdrs.items(), *(raw_extra or [])]],
         "extensions": {},
     }
+    if client is not None:
+        asgi_scope["client"] = (client, 40000)
     if tls_chain is not None:
         asgi_scope["extensions"]["tls"] = {"client_cert_chain": tls_chain}
     sent: list[dict[str, Any]] = []
@@ -251,8 +255,153 @@ def test_rate_limit_429_before_451_with_retry_after(make_app: Any) -> None:
         assert call(app)[0] == 429
     limited = [r for r in audit_events(svc) if r["event"] == "rate_limited"]
     assert len(limited) == 1 and limited[0]["agent_id"] == AGENT
+    assert limited[0]["limit"] == "agent_id" and "client_address" not in limited[0]
     ticker.t += 2.0
     assert call(app)[0] == 200
+    app.gate.flush()
+    summary = audit_events(svc)[-1]
+    assert (summary["event"], summary["summary"], summary["suppressed"]) == (
+        "rate_limited",
+        True,
+        5,
+    )
+    assert summary["limit"] == "agent_id" and summary["agent_id"] == AGENT
+
+
+# -- rate limit per client address ------------------------------------------------------
+
+
+def rotating(n: int) -> list[dict[str, str]]:
+    """Identity headers with a fresh Agent-ID each (open mode: self-asserted)."""
+    return [{"agent-id": f"agtp://o.example/agents/rot-{i}"} for i in range(n)]
+
+
+def address_records(svc: AnsService) -> list[dict[str, Any]]:
+    return [
+        r
+        for r in audit_events(svc)
+        if r["event"] == "rate_limited" and r["limit"] == "client_address"
+    ]
+
+
+def test_rotating_agent_ids_meet_the_client_address_limit(make_app: Any) -> None:
+    app, svc, ticker = make_app(per_address_rate=0.5, per_address_burst=3)
+    ids = rotating(12)
+    assert [call(app, headers=h, client="203.0.113.5")[0] for h in ids[:3]] == [200] * 3
+    status, headers, body = call(app, headers=ids[3], client="203.0.113.5")
+    assert status == 429 and body["error"]["code"] == "rate_limited"
+    assert headers["retry-after"] == "2"  # one token at 0.5/s
+    assert "client address" in body["error"]["message"]
+    # a scope refusal (451) would write a record per request: it is refused first
+    for h in ids[4:10]:
+        assert call(app, headers=h, scope="agents:delegate", client="203.0.113.5")[0] == 429
+    # another address has its own bucket; no address at all is not limited
+    assert call(app, headers=ids[10], client="203.0.113.6")[0] == 200
+    assert all(call(app, headers=ids[11])[0] == 200 for _ in range(5))
+    assert call(app, headers=ids[11], client="/run/ans.sock")[0] == 200
+    (rec,) = address_records(svc)
+    assert (rec["client_address"], rec["agent_id"], rec["method"]) == (
+        "203.0.113.5",
+        ids[3]["agent-id"],
+        "DISCOVER",
+    )
+    assert (rec["status"], rec["retry_after"], rec["suppressed"], rec["principal_id"]) == (
+        429,
+        2,
+        0,
+        "usr-1",
+    )
+    assert rec["task_id"] == "t1" and rec["summary"] is False
+    assert not any(r["event"] == "scope_violation" for r in audit_events(svc))
+    ticker.t += 2.0  # refilled: served again
+    assert call(app, headers=ids[1], client="203.0.113.5")[0] == 200
+    assert len(address_records(svc)) == 1
+    # past the audit window, the next admitted request writes the suppressed count
+    ticker.t += 60.0
+    assert call(app, headers=ids[0], client="203.0.113.5")[0] == 200
+    summary = address_records(svc)[-1]
+    assert (summary["summary"], summary["suppressed"], summary["client_address"]) == (
+        True,
+        6,
+        "203.0.113.5",
+    )
+    assert "agent_id" not in summary
+
+
+def test_ipv6_clients_share_a_bucket_per_64(make_app: Any) -> None:
+    app, svc, _ = make_app(per_address_rate=0.01, per_address_burst=2)
+    ids = rotating(5)
+    assert call(app, headers=ids[0], client="2001:db8:1:2::1")[0] == 200
+    assert call(app, headers=ids[1], client="2001:db8:1:2:ffff:eeee:dddd:cccc")[0] == 200
+    assert call(app, headers=ids[2], client="2001:db8:1:2::abcd")[0] == 429
+    assert call(app, headers=ids[3], client="2001:db8:1:3::1")[0] == 200  # another /64
+    assert [r["client_address"] for r in address_records(svc)] == ["2001:db8:1:2::/64"]
+
+
+def test_ipv4_mapped_ipv6_counts_as_the_ipv4_address(make_app: Any) -> None:
+    app, svc, _ = make_app(per_address_rate=0.01, per_address_burst=1)
+    ids = rotating(3)
+    assert call(app, headers=ids[0], client="192.0.2.7")[0] == 200
+    assert call(app, headers=ids[1], client="::ffff:192.0.2.7")[0] == 429
+    assert [r["client_address"] for r in address_records(svc)] == ["192.0.2.7"]
+
+
+def test_exempt_addresses_are_never_limited_per_address(make_app: Any) -> None:
+    exempt = parse_networks(["10.0.0.0/8", "2001:db8::/32"])
+    app, svc, _ = make_app(per_address_rate=0.01, per_address_burst=1, exempt_addresses=exempt)
+    ids = rotating(20)
+    assert all(call(app, headers=h, client="10.1.2.3")[0] == 200 for h in ids)
+    assert all(call(app, headers=h, client="2001:db8:5::1")[0] == 200 for h in ids)
+    assert all(call(app, headers=h, client="::ffff:10.9.9.9")[0] == 200 for h in ids)
+    assert [call(app, headers=h, client="11.0.0.1")[0] for h in ids[:2]] == [200, 429]
+    assert [r["client_address"] for r in address_records(svc)] == ["11.0.0.1"]
+
+
+def test_a_flood_of_bad_tokens_is_refused_per_address_before_authentication(
+    make_app: Any,
+) -> None:
+    app, svc, _ = make_app("token", per_address_rate=0.01, per_address_burst=3)
+    bad = mint(iss="https://someone-else.example")
+    statuses = [call(app, token=bad, client="198.51.100.9")[0] for _ in range(3)]
+    assert statuses == [401] * 3
+    for _ in range(20):
+        status, headers, body = call(app, token=bad, client="198.51.100.9")
+        assert status == 429 and body["error"]["code"] == "rate_limited"
+        assert int(headers["retry-after"]) >= 1
+    events = audit_events(svc)
+    assert [r["event"] for r in events].count("authentication_failed") == 3
+    (rec,) = address_records(svc)
+    assert rec["client_address"] == "198.51.100.9" and rec["auth_mode"] == "token"
+    # the suppressed refusals are counted, and written at shutdown
+    app.gate.flush()
+    summary = address_records(svc)[-1]
+    assert (summary["summary"], summary["suppressed"], summary["client_address"]) == (
+        True,
+        19,
+        "198.51.100.9",
+    )
+    assert len(audit_events(svc)) == len(events) + 1
+
+
+def test_describe_of_the_ans_itself_is_not_limited_per_address(make_app: Any) -> None:
+    app, _, _ = make_app(per_address_rate=0.01, per_address_burst=1)
+    assert call(app, client="192.0.2.1")[0] == 200
+    assert call(app, client="192.0.2.1")[0] == 429
+    assert all(call(app, "DESCRIBE", client="192.0.2.1")[0] == 200 for _ in range(5))
+
+
+@pytest.mark.parametrize("off", [{"enabled": False}, {"per_address_rate": 0.0}])
+def test_the_client_address_limit_can_be_turned_off(make_app: Any, off: dict[str, Any]) -> None:
+    app, svc, _ = make_app(per_address_burst=1, **off)
+    assert all(call(app, headers=h, client="192.0.2.1")[0] == 200 for h in rotating(30))
+    assert not any(r["event"] == "rate_limited" for r in audit_events(svc))
+
+
+def test_per_address_rate_0_keeps_the_agent_id_limit(make_app: Any) -> None:
+    app, svc, _ = make_app(rate=0.01, burst=2, per_address_rate=0.0)
+    assert [call(app, client="192.0.2.1")[0] for _ in range(3)] == [200, 200, 429]
+    (rec,) = [r for r in audit_events(svc) if r["event"] == "rate_limited"]
+    assert rec["limit"] == "agent_id"
 
 
 def test_enumeration_suspected_written_once(make_app: Any) -> None:

@@ -1,11 +1,21 @@
 """The per-Agent-ID token bucket, its audit de-duplication, the enumeration
-signal and the memory bound, all on a fake monotonic clock."""
+signal and the memory bound, all on a fake monotonic clock; the client-address
+keys (IPv4-mapped, IPv6 /64), exempt networks and per-address settings."""
 
 from __future__ import annotations
 
+import ipaddress
+import math
 from dataclasses import replace
 
-from ans.governance.ratelimit import RateLimiter, RateLimitSettings
+import pytest
+from ans.governance.ratelimit import (
+    RateLimiter,
+    RateLimitSettings,
+    address_key,
+    client_ip,
+    parse_networks,
+)
 
 
 class FakeClock:
@@ -125,3 +135,78 @@ def test_memory_bound_evicts_idle_first() -> None:
     for i in range(1000):
         rl.check(f"flood-{i}", "DISCOVER")
     assert len(rl) == 3
+
+
+# -- per client address -------------------------------------------------------------------
+
+
+def key_of(address: str | None) -> str | None:
+    ip = client_ip(address)
+    return None if ip is None else address_key(ip)
+
+
+def test_address_keys() -> None:
+    assert key_of("203.0.113.5") == "203.0.113.5"
+    assert key_of("::ffff:203.0.113.5") == "203.0.113.5"  # IPv4-mapped: the IPv4 address
+    # IPv6: the /64, so a host rotating its interface id stays in one bucket
+    assert key_of("2001:db8:1:2::1") == "2001:db8:1:2::/64"
+    assert key_of("2001:db8:1:2:ffff:eeee:dddd:cccc") == "2001:db8:1:2::/64"
+    assert key_of("2001:db8:1:3::1") == "2001:db8:1:3::/64"
+    assert key_of("fe80::1%eth0") == "fe80::/64"
+    assert key_of("::1") == "::/64"
+    # not an IP address: no key, not limited
+    for other in (None, "", "/run/ans.sock", "unix:/tmp/s", "?", "localhost"):
+        assert key_of(other) is None
+
+
+def test_parse_networks() -> None:
+    nets = parse_networks(["10.0.0.0/8", "192.0.2.7", "2001:db8::/32", "10.1.2.3/16"])
+    assert [str(n) for n in nets] == ["10.0.0.0/8", "192.0.2.7/32", "2001:db8::/32", "10.1.0.0/16"]
+    # an IPv4-mapped IPv6 network is the IPv4 one, so it matches client_ip's addresses
+    (mapped,) = parse_networks(["::ffff:192.0.2.0/120"])
+    assert mapped == ipaddress.ip_network("192.0.2.0/24")
+    assert client_ip("::ffff:192.0.2.9") in mapped
+    for bad in ("10.0.0.0/33", "not-an-ip", "", "2001:db8::/129"):
+        with pytest.raises(ValueError, match=repr(bad)):
+            parse_networks(["10.0.0.0/8", bad])
+
+
+def test_per_address_settings() -> None:
+    s = RateLimitSettings(
+        rate=5.0, burst=6, per_address_rate=7.0, per_address_burst=8, exempt_agent_ids=("a",)
+    )
+    p = s.per_address()
+    assert (p.enabled, p.rate, p.burst, p.enumeration_threshold) == (True, 7.0, 8, 0)
+    assert p.exempt_agent_ids == () and (p.max_tracked, p.audit_window) == (10_000, 60.0)
+    assert not replace(s, per_address_rate=0.0).per_address().enabled
+    assert not replace(s, enabled=False).per_address().enabled
+    defaults = RateLimitSettings()
+    assert (defaults.per_address_rate, defaults.per_address_burst) == (200.0, 400)
+    assert defaults.exempt_addresses == () and defaults.problems() == []
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"per_address_rate": -1.0}, "per_address_rate"),
+        ({"per_address_rate": math.inf}, "per_address_rate"),
+        ({"per_address_rate": math.nan}, "per_address_rate"),
+        ({"per_address_burst": 0}, "per_address_burst"),
+        ({"exempt_addresses": ("10.0.0.0/8",)}, "exempt_addresses"),
+    ],
+)
+def test_per_address_problems(change: dict[str, object], message: str) -> None:
+    problems = replace(RateLimitSettings(), **change).problems()  # type: ignore[arg-type]
+    assert len(problems) == 1 and message in problems[0]
+
+
+def test_an_address_limiter_names_its_key_in_summaries() -> None:
+    clock = FakeClock()
+    settings = replace(SETTINGS, per_address_burst=1).per_address()
+    rl = RateLimiter(settings, clock, key_field="client_address")
+    rl.check("192.0.2.1", "DISCOVER")
+    for _ in range(3):
+        rl.check("192.0.2.1", "DISCOVER")
+    assert [n.fields for n in rl.flush()] == [
+        {"client_address": "192.0.2.1", "suppressed": 2, "summary": True}
+    ]

@@ -1,8 +1,10 @@
 """Requester authentication and rate limits on real ``ans serve`` processes on
 loopback: token mode (valid / missing / expired token, audited), mTLS with
 certificates generated here (CA, server cert for 127.0.0.1, client certs with
-a SAN URI), and a burst that meets 429 + Retry-After, leaves an
-``enumeration_suspected`` record and is served again after the refill."""
+a SAN URI), a burst that meets 429 + Retry-After, leaves an
+``enumeration_suspected`` record and is served again after the refill, and
+rotating Agent-IDs that meet the per-client-address limit (HTTP/2 and native)
+unless the address is exempt."""
 
 from __future__ import annotations
 
@@ -24,6 +26,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+from ans.cli import main as cli_main
+from ans.launcher import stop_server
 
 pytestmark = pytest.mark.integration
 
@@ -340,3 +345,89 @@ def test_burst_gets_429_then_recovers(tmp_path: Path, server_factory: Any) -> No
     assert len(enum) == 1 and enum[0]["agent_id"] == AGENT
     limited = [r for r in events if r["event"] == "rate_limited"]
     assert len(limited) == 1  # one record per Agent-ID per audit window, not one per 429
+
+
+def _native_discover(native_url: str, agent_id: str) -> tuple[int, dict[str, str]]:
+    """One DISCOVER over the cleartext native framing on a fresh connection."""
+    host, port = native_url.removeprefix("agtp+cleartext://").rsplit(":", 1)
+    headers = {**IDENTITY, "agent-id": agent_id, "content-type": "application/agtp+json"}
+    with socket.create_connection((host, int(port)), timeout=20) as sock:
+        sock.sendall(encode_request("DISCOVER", headers, BODY))
+        parser = NativeResponseParser(1 << 20)
+        answers: list[Any] = []
+        while not answers:
+            chunk = sock.recv(65536)
+            assert chunk, "the server closed the connection without answering"
+            answers = parser.feed(chunk)
+    return answers[0].status, {k.lower(): v for k, v in answers[0].headers.items()}
+
+
+def test_rotating_agent_ids_meet_the_client_address_limit(
+    tmp_path: Path, server_factory: Any
+) -> None:
+    """Open mode: a fresh Agent-ID per request escapes the per-Agent-ID limit,
+    not the per-address one; both listeners share the address's bucket; one
+    audit record per address per window, the rest summarised at shutdown."""
+    cfg = tmp_path / "ans.toml"
+    # 0.1/s rather than 1/s: five requests must not outlast the refill of a token
+    cfg.write_text("[rate_limit]\nper_address_rate = 0.1\nper_address_burst = 5\n")
+    data = tmp_path / "data"
+    srv = server_factory(data, "--config", str(cfg), "--native-listen", "127.0.0.1:0")
+    assert srv.native_url is not None
+    with httpx.Client(base_url=srv.url, http1=False, http2=True, timeout=20) as c:
+        replies = [
+            c.request(
+                "DISCOVER",
+                "/",
+                headers={**IDENTITY, "agent-id": f"agtp://o.example/agents/rot-{i}"},
+                content=BODY,
+            )
+            for i in range(10)
+        ]
+    assert [r.status_code for r in replies] == [200] * 5 + [429] * 5
+    assert replies[5].json()["error"]["code"] == "rate_limited"
+    assert "client address" in replies[5].json()["error"]["message"]
+    assert int(replies[5].headers["retry-after"]) >= 1
+    # the native listener passes the client address too: same address, same bucket
+    status, headers = _native_discover(srv.native_url, "agtp://o.example/agents/native")
+    assert status == 429 and int(headers["retry-after"]) >= 1
+    limited = [r for r in audit(data) if r["event"] == "rate_limited"]
+    assert len(limited) == 1
+    assert (limited[0]["limit"], limited[0]["client_address"], limited[0]["agent_id"]) == (
+        "client_address",
+        "127.0.0.1",
+        "agtp://o.example/agents/rot-5",
+    )
+    stop_server(srv)  # the shutdown writes the count of the suppressed refusals
+    summary = [r for r in audit(data) if r["event"] == "rate_limited"][1:]
+    assert [(r["summary"], r["suppressed"], r["client_address"]) for r in summary] == [
+        (True, 5, "127.0.0.1")
+    ]
+    assert cli_main(["audit", "verify", "--data-dir", str(data)]) == 0
+
+
+def test_exempt_addresses_skip_the_client_address_limit(
+    tmp_path: Path, server_factory: Any
+) -> None:
+    cfg = tmp_path / "ans.toml"
+    cfg.write_text(
+        "[rate_limit]\nper_address_rate = 0.1\nper_address_burst = 5\n"
+        'exempt_addresses = ["127.0.0.0/8"]\n'
+    )
+    data = tmp_path / "data"
+    srv = server_factory(data, "--config", str(cfg), "--native-listen", "127.0.0.1:0")
+    assert srv.native_url is not None
+    with httpx.Client(base_url=srv.url, http1=False, http2=True, timeout=20) as c:
+        statuses = [
+            c.request(
+                "DISCOVER",
+                "/",
+                headers={**IDENTITY, "agent-id": f"agtp://o.example/agents/rot-{i}"},
+                content=BODY,
+            ).status_code
+            for i in range(10)
+        ]
+    assert statuses == [200] * 10
+    native = [_native_discover(srv.native_url, f"agtp://n.example/agents/{i}")[0] for i in range(8)]
+    assert native == [200] * 8
+    assert not any(r["event"] == "rate_limited" for r in audit(data))
