@@ -362,6 +362,20 @@ def _native_discover(native_url: str, agent_id: str) -> tuple[int, dict[str, str
     return answers[0].status, {k.lower(): v for k, v in answers[0].headers.items()}
 
 
+def rotating_discovers(url: str, n: int) -> list[httpx.Response]:
+    """n DISCOVERs over one HTTP/2 connection, each with an Agent-ID of its own."""
+    with httpx.Client(base_url=url, http1=False, http2=True, timeout=20) as c:
+        return [
+            c.request(
+                "DISCOVER",
+                "/",
+                headers={**IDENTITY, "agent-id": f"agtp://o.example/agents/rot-{i}"},
+                content=BODY,
+            )
+            for i in range(n)
+        ]
+
+
 def test_rotating_agent_ids_meet_the_client_address_limit(
     tmp_path: Path, server_factory: Any
 ) -> None:
@@ -374,16 +388,7 @@ def test_rotating_agent_ids_meet_the_client_address_limit(
     data = tmp_path / "data"
     srv = server_factory(data, "--config", str(cfg), "--native-listen", "127.0.0.1:0")
     assert srv.native_url is not None
-    with httpx.Client(base_url=srv.url, http1=False, http2=True, timeout=20) as c:
-        replies = [
-            c.request(
-                "DISCOVER",
-                "/",
-                headers={**IDENTITY, "agent-id": f"agtp://o.example/agents/rot-{i}"},
-                content=BODY,
-            )
-            for i in range(10)
-        ]
+    replies = rotating_discovers(srv.url, 10)
     assert [r.status_code for r in replies] == [200] * 5 + [429] * 5
     assert replies[5].json()["error"]["code"] == "rate_limited"
     assert "client address" in replies[5].json()["error"]["message"]
@@ -417,17 +422,7 @@ def test_exempt_addresses_skip_the_client_address_limit(
     data = tmp_path / "data"
     srv = server_factory(data, "--config", str(cfg), "--native-listen", "127.0.0.1:0")
     assert srv.native_url is not None
-    with httpx.Client(base_url=srv.url, http1=False, http2=True, timeout=20) as c:
-        statuses = [
-            c.request(
-                "DISCOVER",
-                "/",
-                headers={**IDENTITY, "agent-id": f"agtp://o.example/agents/rot-{i}"},
-                content=BODY,
-            ).status_code
-            for i in range(10)
-        ]
-    assert statuses == [200] * 10
+    assert [r.status_code for r in rotating_discovers(srv.url, 10)] == [200] * 10
     native = [_native_discover(srv.native_url, f"agtp://n.example/agents/{i}")[0] for i in range(8)]
     assert native == [200] * 8
     assert not any(r["event"] == "rate_limited" for r in audit(data))
