@@ -65,9 +65,11 @@ The timer now starts again when HTTP/2 takes over an idle connection.
 handles every SETTINGS, PRIORITY, unknown frame and empty DATA frame, however
 many a client sends, so one connection flooding them (CVE-2019-9512 and -9518
 in other servers) took the CPU from every other client. Each connection now
-has a budget of such frames: ``CONTROL_BURST`` at first, ``CONTROL_RATE``
-more per second and ``CONTROL_PER_REQUEST`` more per request it starts (for
-clients that send a PRIORITY frame with each). A connection over its budget
+has a budget of such frames, WINDOW_UPDATE included: ``CONTROL_BURST`` at
+first, ``CONTROL_RATE`` more per second, ``CONTROL_PER_REQUEST`` more per
+request it starts (for clients that send a PRIORITY frame with each) and one
+more per KB the server has sent it (for the WINDOW_UPDATEs that acknowledge
+what it read). A connection over its budget
 ends with GOAWAY ENHANCE_YOUR_CALM. What the client sent is handed to h2 in
 pieces of ``READ_PIECE`` bytes, so the budget is checked before h2 has
 parsed (and answered) a whole 64 KB read of PINGs; and the warning for an
@@ -338,8 +340,13 @@ def _count_connections_per_client() -> None:
 CONTROL_BURST = 200.0
 CONTROL_RATE = 20.0  # per second
 CONTROL_PER_REQUEST = 2.0
+# A client acknowledges what it reads with WINDOW_UPDATE frames (stream and
+# connection), in practice one per half window of 4 KB or more: every 1 KB
+# the server sends earns one more frame.
+CONTROL_PER_BYTE_SENT = 1 / 1024
 READ_PIECE = 4096  # bytes handed to h2 at a time, so the budget is checked often
 _BUDGET = "_ans_control_budget"
+_SENT = "_ans_bytes_sent"
 
 
 def _control_frame(event: h2.events.Event) -> bool:
@@ -353,6 +360,7 @@ def _control_frame(event: h2.events.Event) -> bool:
             h2.events.RemoteSettingsChanged,
             h2.events.PriorityUpdated,
             h2.events.UnknownFrameReceived,
+            h2.events.WindowUpdated,
         ),
     )
 
@@ -361,7 +369,9 @@ def _within_budget(proto: Any, events: list[h2.events.Event]) -> bool:
     """Charge ``events`` to the connection's control-frame budget."""
     now = asyncio.get_running_loop().time()
     tokens, since = getattr(proto, _BUDGET, (CONTROL_BURST, now))
-    tokens = min(CONTROL_BURST, tokens + (now - since) * CONTROL_RATE)
+    earned = (now - since) * CONTROL_RATE + getattr(proto, _SENT, 0) * CONTROL_PER_BYTE_SENT
+    setattr(proto, _SENT, 0)
+    tokens = min(CONTROL_BURST, tokens + earned)
     for event in events:
         if isinstance(event, h2.events.RequestReceived):
             tokens = min(CONTROL_BURST, tokens + CONTROL_PER_REQUEST)
@@ -379,7 +389,7 @@ def _budget_control_frames() -> None:
         if _within_budget(self, events):
             await handle_events(self, events)
         else:
-            await _calm(self, "control-frame flood (PING, SETTINGS, PRIORITY, empty DATA)")
+            await _calm(self, "control-frame flood (PING, SETTINGS, PRIORITY, WINDOW_UPDATE, ...)")
 
     async def handle_in_pieces(self: Any, event: Any) -> None:
         # h2 parses (and answers every PING in) all it is given before the
@@ -394,5 +404,13 @@ def _budget_control_frames() -> None:
                 return
             await handle(self, RawData(data=bytes(data[start : start + READ_PIECE])))
 
+    async def flush_counting(self: Any) -> None:
+        # hypercorn's _flush, counting the bytes sent for the budget
+        data = self.connection.data_to_send()
+        if data:
+            setattr(self, _SENT, getattr(self, _SENT, 0) + len(data))
+            await self.send(RawData(data=data))
+
     H2Protocol._handle_events = _mark(handle_within_budget)  # type: ignore[method-assign]
     H2Protocol.handle = _mark(handle_in_pieces)  # type: ignore[method-assign]
+    H2Protocol._flush = _mark(flush_counting)  # type: ignore[method-assign]

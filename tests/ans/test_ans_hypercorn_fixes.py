@@ -65,7 +65,7 @@ def test_control_frames_are_counted_and_request_frames_are_not() -> None:
     assert not hypercorn_fixes._control_frame(_data(b"{}"))
     assert not hypercorn_fixes._control_frame(empty_end)
     assert not hypercorn_fixes._control_frame(_request())
-    assert not hypercorn_fixes._control_frame(h2.events.WindowUpdated(stream_id=0, delta=1))
+    assert hypercorn_fixes._control_frame(h2.events.WindowUpdated(stream_id=0, delta=1))
 
 
 def test_the_budget_is_a_burst_then_a_rate_and_requests_earn_more() -> None:
@@ -85,6 +85,16 @@ def test_the_budget_is_a_burst_then_a_rate_and_requests_earn_more() -> None:
         assert hypercorn_fixes._within_budget(proto, [_ping()] * burst)
         await asyncio.sleep(0.2)  # ~0.2 s x CONTROL_RATE frames come back
         assert hypercorn_fixes._within_budget(proto, [_ping()] * 3)
+
+        # Bytes sent earn WINDOW_UPDATEs: 64 KB of answers, 64 more frames.
+        proto = _Proto()
+        update = h2.events.WindowUpdated(stream_id=0, delta=32768)
+        assert hypercorn_fixes._within_budget(proto, [update] * burst)
+        assert not hypercorn_fixes._within_budget(proto, [update] * 8)
+        proto = _Proto()
+        assert hypercorn_fixes._within_budget(proto, [update] * burst)
+        setattr(proto, hypercorn_fixes._SENT, 64 * 1024)
+        assert hypercorn_fixes._within_budget(proto, [update] * 60)
 
     asyncio.run(run())
 

@@ -29,7 +29,7 @@ import h2.connection
 import h2.events
 import hpack
 import pytest
-from hyperframe.frame import DataFrame, HeadersFrame, SettingsFrame
+from hyperframe.frame import DataFrame, HeadersFrame, SettingsFrame, WindowUpdateFrame
 
 from ans.launcher import RunningServer
 
@@ -372,13 +372,19 @@ def _settings(client: RawH2, n: int) -> bytes:
     return SettingsFrame(0, settings={SettingsFrame.MAX_CONCURRENT_STREAMS: 100}).serialize() * n
 
 
+def _window_updates(client: RawH2, n: int) -> bytes:
+    return WindowUpdateFrame(0, window_increment=1).serialize() * n
+
+
 def _empty_data(client: RawH2, n: int) -> bytes:
     sid = client.start("DISCOVER", "/")  # a request whose body is all empty frames
     return DataFrame(sid, data=b"").serialize() * n
 
 
 @pytest.mark.parametrize(
-    "flood", [_pings, _settings, _empty_data], ids=["ping", "settings", "empty-data"]
+    "flood",
+    [_pings, _settings, _window_updates, _empty_data],
+    ids=["ping", "settings", "window-update", "empty-data"],
 )
 def test_a_control_frame_flood_gets_a_goaway(demo: RunningServer, flood: Any) -> None:
     """Frames that make the server work but ask for nothing end the
@@ -398,7 +404,9 @@ def test_a_control_frame_flood_gets_a_goaway(demo: RunningServer, flood: Any) ->
 
 
 def test_a_client_within_the_control_frame_budget_is_served(demo: RunningServer) -> None:
-    """A hundred PINGs at once, SETTINGS changes and a request: all answered."""
+    """A hundred PINGs at once, SETTINGS changes and a request: all answered.
+    Then large answers read through a small window (2 KB), acknowledged as
+    they come: hundreds of WINDOW_UPDATEs, all earned by what was read."""
     client = RawH2(demo.url)
     try:
         client.sock.sendall(_pings(client, 100) + _settings(client, 20))
@@ -406,6 +414,22 @@ def test_a_client_within_the_control_frame_budget_is_served(demo: RunningServer)
             sid = client.start("DISCOVER", "/")
             client.finish(sid)
             assert_answered(client.wait(sid))
+        client.conn.update_settings({SettingsFrame.INITIAL_WINDOW_SIZE: 2048})
+        big = json.dumps(
+            {
+                "method": "DISCOVER",
+                "task_id": "t-good",
+                "parameters": {"intent": "audit contracts", "limit": 100, "include_evidence": True},
+            }
+        ).encode()
+        read = 0
+        for _ in range(12):
+            sid = client.start("DISCOVER", "/")
+            client.finish(sid, big)
+            answer = client.wait(sid)
+            assert_answered(answer)
+            read += len(answer.body)
+        assert read > 250_000  # some 250 stream WINDOW_UPDATEs (one per KB), and more
         assert not client.terminated and client.goaway is None
     finally:
         client.close()
