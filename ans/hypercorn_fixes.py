@@ -61,20 +61,30 @@ request, stops the idle timer for it and hands over to HTTP/2 without
 starting it again, so such a connection that never asked lasted for good.
 The timer now starts again when HTTP/2 takes over an idle connection.
 
-**Control-frame floods** (HTTP/2). h2 answers every PING and hypercorn
-handles every SETTINGS, PRIORITY, unknown frame and empty DATA frame, however
-many a client sends, so one connection flooding them (CVE-2019-9512 and -9518
+**Control-frame floods** (HTTP/2). h2 answers every PING and handles every
+SETTINGS, PRIORITY, RST_STREAM, WINDOW_UPDATE, unknown frame and empty DATA
+frame, however many a client sends (some, on a closed stream, inside h2
+without an event), so one connection flooding them (CVE-2019-9512 and -9518
 in other servers) took the CPU from every other client. Each connection now
-has a budget of such frames, WINDOW_UPDATE included: ``CONTROL_BURST`` at
-first, ``CONTROL_RATE`` more per second, ``CONTROL_PER_REQUEST`` more per
-request it starts (for clients that send a PRIORITY frame with each) and one
-more per KB the server has sent it (for the WINDOW_UPDATEs that acknowledge
-what it read). A connection over its budget
-ends with GOAWAY ENHANCE_YOUR_CALM. What the client sent is handed to h2 in
-pieces of ``READ_PIECE`` bytes, so the budget is checked before h2 has
-parsed (and answered) a whole 64 KB read of PINGs; and the warning for an
-ended connection is logged at most once a second with a count, since a
+has a budget of such frames, counted by :class:`FrameCounter` in the bytes
+the client sends, before h2 parses them: ``CONTROL_BURST`` at first,
+``CONTROL_RATE`` more per second, ``CONTROL_PER_ANSWER`` more per answer
+sent (for clients that send a PRIORITY frame or a reset per request) and one
+more per KB sent (for the WINDOW_UPDATEs that acknowledge what the client
+read). A connection over its budget ends with GOAWAY ENHANCE_YOUR_CALM. The
+bytes go to h2 in pieces of ``READ_PIECE``, so the budget is checked before
+h2 has parsed (and answered) a whole 64 KB read of PINGs; and the warning for
+an ended connection is logged at most once a second with a count, since a
 logger blocked on a slow output would otherwise stall the server.
+
+**Rapid reset** (HTTP/2, CVE-2023-44487). A request the client resets in the
+same read as it began is never started: no task, no entry in the priority
+tree. hypercorn started each one, so a client that opened and reset streams
+as fast as it could write took the CPU and about 160 MB of memory, and a
+SIGTERM in the middle made hypercorn reset an already reset stream: h2
+raised, and ``ans serve`` exited with status 1 and a traceback. Resets count
+against the control-frame budget too, and earn nothing, so a flood of them
+ends its connection after ``CONTROL_BURST``.
 """
 
 from __future__ import annotations
@@ -90,6 +100,7 @@ import structlog
 from hypercorn.asyncio.tcp_server import TCPServer
 from hypercorn.events import Closed, RawData, Updated
 from hypercorn.protocol import ProtocolWrapper
+from hypercorn.protocol.events import EndBody
 from hypercorn.protocol.h2 import H2Protocol
 from priority.priority import TooManyStreamsError
 
@@ -126,13 +137,25 @@ def _guard_late_request_data() -> None:
     original = H2Protocol._handle_events
 
     async def handle_events(self: Any, events: list[h2.events.Event]) -> None:
+        # A request reset in the same read as it began is never started: no
+        # task, no priority-tree entry (rapid reset costs parsing only).
+        reset = {e.stream_id for e in events if isinstance(e, h2.events.StreamReset)}
         for event in events:
+            if reset and _started_and_reset(event, reset):
+                continue
             if _after_response(self, event):
                 await _drop(self, event)
             else:
                 await original(self, [event])
 
     H2Protocol._handle_events = _mark(handle_events)  # type: ignore[method-assign]
+
+
+def _started_and_reset(event: h2.events.Event, reset: set[int]) -> bool:
+    return (
+        isinstance(event, (h2.events.RequestReceived, h2.events.PriorityUpdated))
+        and event.stream_id in reset
+    )
 
 
 def _after_response(proto: Any, event: h2.events.Event) -> bool:
@@ -339,70 +362,119 @@ def _count_connections_per_client() -> None:
 
 CONTROL_BURST = 200.0
 CONTROL_RATE = 20.0  # per second
-CONTROL_PER_REQUEST = 2.0
+CONTROL_PER_ANSWER = 2.0  # for clients that send a PRIORITY frame (or a reset) per request
 # A client acknowledges what it reads with WINDOW_UPDATE frames (stream and
 # connection), in practice one per half window of 4 KB or more: every 1 KB
 # the server sends earns one more frame.
 CONTROL_PER_BYTE_SENT = 1 / 1024
+SMALL_DATA = 32  # a DATA frame carrying less than this, END_STREAM unset, is a control frame
 READ_PIECE = 4096  # bytes handed to h2 at a time, so the budget is checked often
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+_DATA, _HEADERS, _CONTINUATION = 0x0, 0x1, 0x9
+_END_STREAM, _PADDED = 0x1, 0x8
+_CONTROL_TYPES = frozenset({0x2, 0x3, 0x4, 0x6, 0x7, 0x8})  # PRIORITY RST SETTINGS PING GOAWAY WU
 _BUDGET = "_ans_control_budget"
+_COUNTER = "_ans_frame_counter"
 _SENT = "_ans_bytes_sent"
+_ANSWERED = "_ans_answers_sent"
 
 
-def _control_frame(event: h2.events.Event) -> bool:
-    """A frame that costs the server work but moves no request forward."""
-    if isinstance(event, h2.events.DataReceived):
-        return not event.data and event.stream_ended is None
-    return isinstance(
-        event,
-        (
-            h2.events.PingReceived,
-            h2.events.RemoteSettingsChanged,
-            h2.events.PriorityUpdated,
-            h2.events.UnknownFrameReceived,
-            h2.events.WindowUpdated,
-        ),
-    )
+class FrameCounter:
+    """Counts, in the bytes a client sends on an HTTP/2 connection, the frames
+    that make the server work without asking it anything: PRIORITY,
+    RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, frames of unknown
+    types, and DATA frames that carry (almost) nothing and do not end their
+    stream. Sans-IO; fed the connection's bytes in order, from the client
+    preface on. Counting the bytes rather than h2's events also counts the
+    frames h2 handles without an event (a frame on a closed stream)."""
+
+    __slots__ = ("_head", "_pad_of", "_preface", "_skip")
+
+    def __init__(self) -> None:
+        self._preface = len(PREFACE)  # preface bytes still to pass over
+        self._head = b""  # a frame header cut by the end of a piece
+        self._skip = 0  # payload bytes of the current frame still to pass over
+        self._pad_of: tuple[int, int] | None = None  # (length, flags) of a padded DATA
+
+    def feed(self, data: bytes) -> int:
+        """The number of control frames whose header is in ``data``."""
+        count, i, n = 0, 0, len(data)
+        if self._preface:
+            i = min(self._preface, n)
+            self._preface -= i
+        while i < n:
+            if self._pad_of is not None:  # the pad length is the payload's first byte
+                length, flags = self._pad_of
+                self._pad_of = None
+                count += length - 1 - data[i] < SMALL_DATA and not flags & _END_STREAM
+            if self._skip:
+                step = min(self._skip, n - i)
+                i += step
+                self._skip -= step
+                continue
+            need = 9 - len(self._head)
+            self._head += data[i : i + need]
+            i += need
+            if len(self._head) < 9:
+                break
+            head, self._head = self._head, b""
+            length, kind, flags = int.from_bytes(head[:3], "big"), head[3], head[4]
+            self._skip = length
+            if kind == _DATA:
+                if flags & _PADDED and length:
+                    self._pad_of = (length, flags)
+                else:
+                    count += length < SMALL_DATA and not flags & _END_STREAM
+            elif kind in _CONTROL_TYPES or kind > _CONTINUATION:
+                count += 1
+        return count
 
 
-def _within_budget(proto: Any, events: list[h2.events.Event]) -> bool:
-    """Charge ``events`` to the connection's control-frame budget."""
+def _charge(proto: Any, frames: int) -> bool:
+    """Take ``frames`` from the connection's budget, after adding what it
+    earned since the last charge; False when the budget is overdrawn."""
     now = asyncio.get_running_loop().time()
     tokens, since = getattr(proto, _BUDGET, (CONTROL_BURST, now))
-    earned = (now - since) * CONTROL_RATE + getattr(proto, _SENT, 0) * CONTROL_PER_BYTE_SENT
+    earned = (
+        (now - since) * CONTROL_RATE
+        + getattr(proto, _SENT, 0) * CONTROL_PER_BYTE_SENT
+        + getattr(proto, _ANSWERED, 0) * CONTROL_PER_ANSWER
+    )
     setattr(proto, _SENT, 0)
-    tokens = min(CONTROL_BURST, tokens + earned)
-    for event in events:
-        if isinstance(event, h2.events.RequestReceived):
-            tokens = min(CONTROL_BURST, tokens + CONTROL_PER_REQUEST)
-        elif _control_frame(event):
-            tokens -= 1.0
+    setattr(proto, _ANSWERED, 0)
+    tokens = min(CONTROL_BURST, tokens + earned) - frames
     setattr(proto, _BUDGET, (tokens, now))
     return tokens >= 0.0
 
 
 def _budget_control_frames() -> None:
-    handle_events = H2Protocol._handle_events
     handle = H2Protocol.handle
+    stream_send = H2Protocol.stream_send
 
-    async def handle_within_budget(self: Any, events: list[h2.events.Event]) -> None:
-        if _within_budget(self, events):
-            await handle_events(self, events)
-        else:
-            await _calm(self, "control-frame flood (PING, SETTINGS, PRIORITY, WINDOW_UPDATE, ...)")
-
-    async def handle_in_pieces(self: Any, event: Any) -> None:
-        # h2 parses (and answers every PING in) all it is given before the
-        # budget sees one event: fed 64 KB, that is ~3,800 PINGs. In pieces,
-        # a flooding connection costs its budget and one piece at most.
-        if not isinstance(event, RawData) or len(event.data) <= READ_PIECE:
+    async def handle_within_budget(self: Any, event: Any) -> None:
+        # In pieces: h2 parses (and answers every PING in) all it is given at
+        # once, so a 64 KB read of PINGs would be answered before any check.
+        if not isinstance(event, RawData):
             await handle(self, event)
             return
+        counter = getattr(self, _COUNTER, None)
+        if counter is None:
+            counter = FrameCounter()
+            setattr(self, _COUNTER, counter)
         data = memoryview(event.data)
         for start in range(0, len(data), READ_PIECE):
             if getattr(self, _CALMED, False) or self.closed:
                 return
-            await handle(self, RawData(data=bytes(data[start : start + READ_PIECE])))
+            piece = bytes(data[start : start + READ_PIECE])
+            if not _charge(self, counter.feed(piece)):
+                await _calm(self, "control-frame flood (PING, SETTINGS, RST_STREAM, ...)")
+                return
+            await handle(self, RawData(data=piece))
+
+    async def send_counting_answers(self: Any, event: Any) -> None:
+        if isinstance(event, EndBody):
+            setattr(self, _ANSWERED, getattr(self, _ANSWERED, 0) + 1)
+        await stream_send(self, event)
 
     async def flush_counting(self: Any) -> None:
         # hypercorn's _flush, counting the bytes sent for the budget
@@ -411,6 +483,6 @@ def _budget_control_frames() -> None:
             setattr(self, _SENT, getattr(self, _SENT, 0) + len(data))
             await self.send(RawData(data=data))
 
-    H2Protocol._handle_events = _mark(handle_within_budget)  # type: ignore[method-assign]
-    H2Protocol.handle = _mark(handle_in_pieces)  # type: ignore[method-assign]
+    H2Protocol.handle = _mark(handle_within_budget)  # type: ignore[method-assign]
+    H2Protocol.stream_send = _mark(send_counting_answers)  # type: ignore[method-assign]
     H2Protocol._flush = _mark(flush_counting)  # type: ignore[method-assign]

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
-import h2.events
 import structlog.testing
 from hypercorn.asyncio.tcp_server import TCPServer
 from hypercorn.protocol import ProtocolWrapper
 from hypercorn.protocol.h2 import H2Protocol
-from hyperframe.frame import PingFrame
+from hyperframe.frame import (
+    DataFrame,
+    GoAwayFrame,
+    HeadersFrame,
+    PingFrame,
+    PriorityFrame,
+    RstStreamFrame,
+    SettingsFrame,
+    WindowUpdateFrame,
+)
 
 from ans import hypercorn_fixes
 
@@ -38,63 +47,71 @@ class _Proto:
     """Just what the control-frame budget reads and writes on a connection."""
 
 
-def _ping() -> h2.events.PingReceived:
-    return h2.events.PingReceived(ping_data=b"12345678")
+PING = PingFrame(0, opaque_data=b"12345678").serialize()
 
 
-def _data(payload: bytes, *, ended: bool = False) -> h2.events.DataReceived:
-    return h2.events.DataReceived(
-        stream_id=1,
-        data=payload,
-        flow_controlled_length=len(payload),
-        stream_ended=h2.events.StreamEnded(stream_id=1) if ended else None,
+def _frames(*frames: Any) -> bytes:
+    return b"".join(f.serialize() for f in frames)
+
+
+def test_the_counter_counts_control_frames_but_not_requests() -> None:
+    headers = HeadersFrame(1, data=b"\x82", flags={"END_HEADERS"})
+    counter = hypercorn_fixes.FrameCounter()
+    assert counter.feed(hypercorn_fixes.PREFACE + SettingsFrame(0).serialize()) == 1
+    assert counter.feed(_frames(headers, DataFrame(1, data=b"{}" * 40, flags={"END_STREAM"}))) == 0
+    assert counter.feed(PING * 3) == 3
+    assert counter.feed(_frames(RstStreamFrame(1), WindowUpdateFrame(1, window_increment=1))) == 2
+    assert counter.feed(_frames(PriorityFrame(3), GoAwayFrame(0))) == 2
+    assert counter.feed(b"\x00\x00\x00\x20\x00\x00\x00\x00\x00") == 1  # an unknown type
+    # DATA that carries (almost) nothing and does not end its stream
+    assert counter.feed(_frames(DataFrame(1, data=b""), DataFrame(1, data=b"x"))) == 2
+    assert counter.feed(_frames(DataFrame(1, data=b"", flags={"END_STREAM"}))) == 0
+    assert counter.feed(_frames(DataFrame(1, data=b"x" * 64))) == 0
+    # padding alone is not data
+    assert counter.feed(_frames(DataFrame(1, data=b"", pad_length=200, flags={"PADDED"}))) == 1
+    padded = DataFrame(1, data=b"y" * 64, pad_length=200, flags={"PADDED"})
+    assert counter.feed(_frames(padded)) == 0
+
+
+def test_the_counter_follows_frames_cut_anywhere() -> None:
+    stream = hypercorn_fixes.PREFACE + _frames(
+        SettingsFrame(0),
+        HeadersFrame(1, data=b"\x82" * 30, flags={"END_HEADERS"}),
+        DataFrame(1, data=b"", pad_length=100, flags={"PADDED"}),
+        DataFrame(1, data=b"z" * 300, pad_length=10, flags={"PADDED", "END_STREAM"}),
+        PingFrame(0),
+        WindowUpdateFrame(0, window_increment=5),
     )
+    for size in (1, 2, 7, 9, 10, 64, 4096):
+        counter = hypercorn_fixes.FrameCounter()
+        pieces = [stream[i : i + size] for i in range(0, len(stream), size)]
+        assert sum(counter.feed(piece) for piece in pieces) == 4, size
 
 
-def _request() -> h2.events.RequestReceived:
-    return h2.events.RequestReceived(stream_id=1, headers=[])
-
-
-def test_control_frames_are_counted_and_request_frames_are_not() -> None:
-    empty_end = _data(b"", ended=True)  # END_STREAM: it finishes a request
-    assert hypercorn_fixes._control_frame(_ping())
-    assert hypercorn_fixes._control_frame(_data(b""))
-    assert hypercorn_fixes._control_frame(h2.events.RemoteSettingsChanged())
-    assert hypercorn_fixes._control_frame(h2.events.PriorityUpdated())
-    assert hypercorn_fixes._control_frame(h2.events.UnknownFrameReceived(frame=PingFrame(0)))
-    assert not hypercorn_fixes._control_frame(_data(b"{}"))
-    assert not hypercorn_fixes._control_frame(empty_end)
-    assert not hypercorn_fixes._control_frame(_request())
-    assert hypercorn_fixes._control_frame(h2.events.WindowUpdated(stream_id=0, delta=1))
-
-
-def test_the_budget_is_a_burst_then_a_rate_and_requests_earn_more() -> None:
+def test_the_budget_is_a_burst_then_a_rate_and_answers_and_bytes_earn_more() -> None:
     async def run() -> None:
         burst = int(hypercorn_fixes.CONTROL_BURST)
         proto = _Proto()
-        assert hypercorn_fixes._within_budget(proto, [_ping()] * burst)
-        assert not hypercorn_fixes._within_budget(proto, [_ping()])  # one over
+        assert hypercorn_fixes._charge(proto, burst)
+        assert not hypercorn_fixes._charge(proto, 1)  # one over
 
         proto = _Proto()
-        assert hypercorn_fixes._within_budget(proto, [_ping()] * (burst - 1))
-        # a request earns CONTROL_PER_REQUEST frames, e.g. its PRIORITY frame
-        assert hypercorn_fixes._within_budget(proto, [_request(), _ping(), _ping()])
-        assert not hypercorn_fixes._within_budget(proto, [_ping(), _ping()])
+        assert hypercorn_fixes._charge(proto, burst - 1)
+        setattr(proto, hypercorn_fixes._ANSWERED, 1)  # an answer earns CONTROL_PER_ANSWER
+        assert hypercorn_fixes._charge(proto, 3)
+        assert not hypercorn_fixes._charge(proto, 2)
 
         proto = _Proto()
-        assert hypercorn_fixes._within_budget(proto, [_ping()] * burst)
+        assert hypercorn_fixes._charge(proto, burst)
         await asyncio.sleep(0.2)  # ~0.2 s x CONTROL_RATE frames come back
-        assert hypercorn_fixes._within_budget(proto, [_ping()] * 3)
+        assert hypercorn_fixes._charge(proto, 3)
 
         # Bytes sent earn WINDOW_UPDATEs: 64 KB of answers, 64 more frames.
         proto = _Proto()
-        update = h2.events.WindowUpdated(stream_id=0, delta=32768)
-        assert hypercorn_fixes._within_budget(proto, [update] * burst)
-        assert not hypercorn_fixes._within_budget(proto, [update] * 8)
-        proto = _Proto()
-        assert hypercorn_fixes._within_budget(proto, [update] * burst)
+        assert hypercorn_fixes._charge(proto, burst)
         setattr(proto, hypercorn_fixes._SENT, 64 * 1024)
-        assert hypercorn_fixes._within_budget(proto, [update] * 60)
+        assert hypercorn_fixes._charge(proto, 60)
+        assert not hypercorn_fixes._charge(proto, 8)
 
     asyncio.run(run())
 

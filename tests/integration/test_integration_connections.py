@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,7 +30,13 @@ import h2.connection
 import h2.events
 import hpack
 import pytest
-from hyperframe.frame import DataFrame, HeadersFrame, SettingsFrame, WindowUpdateFrame
+from hyperframe.frame import (
+    DataFrame,
+    HeadersFrame,
+    RstStreamFrame,
+    SettingsFrame,
+    WindowUpdateFrame,
+)
 
 from ans.launcher import RunningServer
 
@@ -328,6 +335,93 @@ def test_a_rapid_reset_flood_gets_a_goaway_not_a_crash(demo: RunningServer) -> N
     assert not any("TooManyStreamsError" in line for line in demo.output)
 
 
+def _rapid_resets(client: RawH2, n: int) -> bytes:
+    for _ in range(n):
+        sid = client.start("DISCOVER", "/", flush=False)
+        client.conn.reset_stream(sid)
+    return client.conn.data_to_send()
+
+
+def _refused_discovers(client: RawH2, n: int, *, reset: bool) -> bytes:
+    """n whole DISCOVERs (no body: ``{}``) whose scope lacks discovery:query,
+    so that each one served writes a 451 audit record; each reset at once."""
+    headers = [
+        (":method", "DISCOVER"),
+        (":path", "/"),
+        (":scheme", "http"),
+        (":authority", client.authority),
+        ("agent-id", "agtp://o.example/agents/orch"),
+        ("principal-id", "usr-1"),
+        ("authority-scope", "documents:read"),
+    ]
+    for _ in range(n):
+        sid = client.conn.get_next_available_stream_id()
+        client.conn.send_headers(sid, headers, end_stream=True)
+        client.answers[sid] = Answer()
+        if reset:
+            client.conn.reset_stream(sid)
+    return client.conn.data_to_send()
+
+
+def audit_records(data_dir: Path) -> int:
+    return len((data_dir / "audit.jsonl").read_text().splitlines())
+
+
+def test_requests_reset_as_they_arrive_are_never_started(demo: RunningServer) -> None:
+    """A request reset in the same read as it began costs no task: 150 such
+    refused DISCOVERs write no 451 record (one served does), stay within the
+    budget, and the connection then serves as usual."""
+    client = RawH2(demo.url)
+    try:
+        before = audit_records(demo.data_dir)
+        client.sock.sendall(_refused_discovers(client, 1, reset=False))
+        client.wait(max(client.answers))
+        assert audit_records(demo.data_dir) == before + 1  # a served one is audited
+        client.sock.sendall(_refused_discovers(client, 150, reset=True))
+        for _ in range(3):
+            sid = client.start("DISCOVER", "/")
+            client.finish(sid)
+            assert_answered(client.wait(sid))
+        assert not client.terminated
+        assert audit_records(demo.data_dir) == before + 1
+    finally:
+        client.close()
+
+
+def test_sigterm_during_a_rapid_reset_flood_stops_cleanly(
+    tmp_path: Path, server_factory: Any
+) -> None:
+    """hypercorn resets each request that arrives while it shuts down; one
+    the client had already reset made h2 raise, and the server exited with
+    status 1 and a traceback."""
+    srv = server_factory(tmp_path / "data", "--demo")
+    clients = [RawH2(srv.url) for _ in range(2)]
+    for client in clients:
+        _closed_stream(client)
+
+    def flood(client: RawH2) -> None:
+        deadline = time.monotonic() + 3.0
+        try:
+            while time.monotonic() < deadline:
+                client.sock.sendall(_rapid_resets(client, 50))
+        except OSError:
+            pass  # the server closed it
+
+    threads = [threading.Thread(target=flood, args=(c,), daemon=True) for c in clients]
+    try:
+        for thread in threads:
+            thread.start()
+        time.sleep(0.3)
+        srv.proc.terminate()
+        assert srv.proc.wait(timeout=15) == 0
+    finally:
+        for thread in threads:
+            thread.join(5)
+        for client in clients:
+            client.close()
+    assert not any("Traceback" in line or "ProtocolError" in line for line in srv.output)
+
+
 def test_connections_per_client_address_are_capped(tmp_path: Path, server_factory: Any) -> None:
     cfg = tmp_path / "ans.toml"
     cfg.write_text("[server]\nmax_connections_per_client = 3\n")
@@ -376,6 +470,28 @@ def _window_updates(client: RawH2, n: int) -> bytes:
     return WindowUpdateFrame(0, window_increment=1).serialize() * n
 
 
+def _closed_stream(client: RawH2) -> int:
+    """A stream that has had its answer: frames on it are handled inside h2,
+    which produces no event for them."""
+    sid = client.start("DISCOVER", "/")
+    client.finish(sid)
+    assert_answered(client.wait(sid))
+    return sid
+
+
+def _resets_on_a_closed_stream(client: RawH2, n: int) -> bytes:
+    return RstStreamFrame(_closed_stream(client), error_code=8).serialize() * n
+
+
+def _window_updates_on_a_closed_stream(client: RawH2, n: int) -> bytes:
+    return WindowUpdateFrame(_closed_stream(client), window_increment=1).serialize() * n
+
+
+def _padding_on_a_closed_stream(client: RawH2, n: int) -> bytes:
+    padding = DataFrame(_closed_stream(client), data=b"", pad_length=200, flags={"PADDED"})
+    return padding.serialize() * n
+
+
 def _empty_data(client: RawH2, n: int) -> bytes:
     sid = client.start("DISCOVER", "/")  # a request whose body is all empty frames
     return DataFrame(sid, data=b"").serialize() * n
@@ -383,8 +499,24 @@ def _empty_data(client: RawH2, n: int) -> bytes:
 
 @pytest.mark.parametrize(
     "flood",
-    [_pings, _settings, _window_updates, _empty_data],
-    ids=["ping", "settings", "window-update", "empty-data"],
+    [
+        _pings,
+        _settings,
+        _window_updates,
+        _empty_data,
+        _resets_on_a_closed_stream,
+        _window_updates_on_a_closed_stream,
+        _padding_on_a_closed_stream,
+    ],
+    ids=[
+        "ping",
+        "settings",
+        "window-update",
+        "empty-data",
+        "rst-closed-stream",
+        "window-update-closed-stream",
+        "padding-closed-stream",
+    ],
 )
 def test_a_control_frame_flood_gets_a_goaway(demo: RunningServer, flood: Any) -> None:
     """Frames that make the server work but ask for nothing end the
