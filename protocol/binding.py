@@ -2,8 +2,8 @@
 
 An AGTP method arrives either as the request method itself (``:method
 DISCOVER`` on any path) or as ``POST /agtp`` with an ``AGTP-Method`` header.
-Response headers carry ``agtp-version``, ``agtp-status``, ``task-id`` and
-``server-agent-id``.
+Response headers carry ``agtp-version``, ``agtp-status``, ``task-id`` (only a
+valid Task-ID, see :func:`~.messages.is_task_id`) and ``server-agent-id``.
 """
 
 from __future__ import annotations
@@ -12,20 +12,25 @@ import re
 from collections.abc import Iterable, Mapping
 
 from .errors import HeaderTooLarge, InvalidHeader, MissingHeader
-from .messages import AGTP_VERSION, CONTENT_TYPE, task_id_hint
+from .messages import AGTP_VERSION, CONTENT_TYPE, is_task_id, task_id_hint
 
 MAX_HEADER_BYTES = 16 * 1024
 MAX_HEADER_COUNT = 100
 POST_ENDPOINT = "/agtp"
 _METHOD_RE = re.compile(r"[A-Z][A-Z0-9_-]{0,31}")
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+# Headers a request may carry once only (400 ``duplicate_header``), in every
+# framing: joined with ", " they would change who is asking or what is asked.
+UNIQUE_HEADERS = frozenset(
+    {"agent-id", "principal-id", "authority-scope", "task-id", "agtp-method"}
+)
 
 
 def header_map(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
     """Lowercase-keyed header dict from raw pairs; bounded in size and count.
 
     A repeated header is joined with ", " (RFC 9110 list semantics), except
-    that identity headers may not repeat.
+    that :data:`UNIQUE_HEADERS` may not repeat.
     """
     out: dict[str, str] = {}
     total = 0
@@ -40,12 +45,17 @@ def header_map(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
         name = name_b.decode("latin-1").lower()
         value = value_b.decode("latin-1")
         if name in out:
-            if name in ("agent-id", "principal-id", "authority-scope", "task-id", "agtp-method"):
-                raise InvalidHeader(f"header {name} must not repeat", code="duplicate_header")
+            if name in UNIQUE_HEADERS:
+                raise duplicate_header(name)
             out[name] = f"{out[name]}, {value}"
         else:
             out[name] = value
     return out
+
+
+def duplicate_header(name: str) -> InvalidHeader:
+    """The 400 for a repeated :data:`UNIQUE_HEADERS` field (lowercase ``name``)."""
+    return InvalidHeader(f"header {name} must not repeat", code="duplicate_header")
 
 
 def refused_headers_task_id(raw: Iterable[tuple[bytes, bytes]]) -> str | None:
@@ -88,8 +98,11 @@ def response_headers(
         (b"agtp-status", str(status).encode()),
         (b"server-agent-id", server_agent_id.encode("latin-1", "replace")),
     ]
-    if task_id is not None:
-        headers.append((b"task-id", task_id.encode("latin-1", "replace")))
+    # Whatever the caller passes, a task id that breaks the Task-ID rule (CR,
+    # LF, NUL, non-ASCII, ...) is never sent: it could split or forge header
+    # lines. The answer goes out without a task-id header instead.
+    if task_id is not None and is_task_id(task_id):
+        headers.append((b"task-id", task_id.encode("ascii")))
     if body:
         headers.append((b"content-type", CONTENT_TYPE.encode()))
     return headers

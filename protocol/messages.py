@@ -20,6 +20,8 @@ from . import jsonstrict
 from .errors import (
     INVALID_HEADER_CODES,
     REQUIRED_HEADER_CODES,
+    AgtpError,
+    BadRequest,
     InvalidBody,
     InvalidHeader,
     InvalidParameter,
@@ -145,6 +147,18 @@ SUPPORTED_METHODS = ("DISCOVER", "DESCRIBE", "ACTIVATE", "LIFECYCLE")
 # -- headers -------------------------------------------------------------------
 
 
+def is_task_id(value: object) -> bool:
+    """The one Task-ID rule, for the ``Task-ID`` header (after trimming), the
+    body's ``task_id`` and every ``task-id`` the server sends back: 1 to
+    MAX_TASK_ID_LEN printable ASCII characters, no leading or trailing blank.
+    So no CR, LF, NUL or non-ASCII character can reach a response header."""
+    return (
+        isinstance(value, str)
+        and len(value) <= MAX_TASK_ID_LEN
+        and _PRINTABLE_RE.fullmatch(value) is not None
+    )
+
+
 def _header_text(headers: Mapping[str, str], name: str, max_len: int = MAX_ID_LEN) -> str | None:
     value = headers.get(name)
     if value is None:
@@ -231,9 +245,13 @@ def parse_envelope(
         raise MethodMismatch(f"body method {str(body_method)[:40]!r} does not match {method}")
     body_task = doc.get("task_id")
     if body_task is not None:
-        if not isinstance(body_task, str) or not body_task or len(body_task) > MAX_TASK_ID_LEN:
-            raise InvalidBody(
-                f"task_id must be a non-empty string of at most {MAX_TASK_ID_LEN} chars"
+        # The body's task_id is echoed as the task-id response header: it
+        # obeys the Task-ID header's rule (and is never trimmed).
+        if not is_task_id(body_task):
+            raise BadRequest(
+                f"task_id must be a string of 1 to {MAX_TASK_ID_LEN} printable ASCII "
+                "characters (no control characters, no leading or trailing blank)",
+                code="invalid_task_id",
             )
         if header_task is not None and body_task != header_task:
             raise TaskIdMismatch("the Task-ID header and the body task_id differ")
@@ -246,9 +264,26 @@ def parse_envelope(
 def task_id_hint(headers: Mapping[str, str]) -> str | None:
     """Best-effort Task-ID for error responses (never raises)."""
     value = headers.get("task-id")
-    if value and len(value) <= MAX_TASK_ID_LEN and _PRINTABLE_RE.fullmatch(value.strip()):
-        return value.strip()
-    return None
+    if value is None:
+        return None
+    value = value.strip()
+    return value if is_task_id(value) else None
+
+
+def request_task_id(
+    method: str, headers: Mapping[str, str], body: bytes, limits: Limits
+) -> str | None:
+    """The Task-ID an answer to this request echoes, whatever went wrong
+    (never raises): the ``Task-ID`` header when one is sent (None if it is
+    invalid), else the body's ``task_id`` when the envelope parses and carries
+    a valid one, else None. Reads the body again: call it on the error path."""
+    header = headers.get("task-id")
+    if header is not None and header.strip():
+        return task_id_hint(headers)
+    try:
+        return parse_envelope(method, headers, body, limits).task_id
+    except AgtpError:
+        return None
 
 
 # -- DISCOVER --------------------------------------------------------------------

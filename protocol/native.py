@@ -21,8 +21,9 @@ import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
-from .binding import MAX_HEADER_BYTES, MAX_HEADER_COUNT
+from .binding import MAX_HEADER_BYTES, MAX_HEADER_COUNT, UNIQUE_HEADERS, duplicate_header
 from .errors import AgtpError, BadRequest, BodyTooLarge, HeaderTooLarge
 from .messages import AGTP_VERSION, CONTENT_TYPE
 from .status import REASON
@@ -55,7 +56,10 @@ class NativeResponse:
 
 class _FrameReader:
     """Start line + header lines + blank line + ``Content-Length`` body, fed
-    incrementally; subclasses say what a start line is."""
+    incrementally; subclasses say what a start line is and which header
+    fields may not repeat (others are joined with ", ")."""
+
+    unique_headers: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, max_body_bytes: int) -> None:
         self._buf = bytearray()
@@ -135,7 +139,12 @@ class _FrameReader:
         for raw_name, raw_value in found:
             name = raw_name.decode("ascii").lower()
             value = raw_value.decode("latin-1")
-            headers[name] = f"{headers[name]}, {value}" if name in headers else value
+            if name in headers:
+                if name in self.unique_headers:
+                    raise duplicate_header(name)
+                headers[name] = f"{headers[name]}, {value}"
+            else:
+                headers[name] = value
         return start, headers
 
     def _content_length(self, headers: dict[str, str]) -> int:
@@ -153,7 +162,11 @@ class _FrameReader:
 
 
 class NativeParser(_FrameReader):
-    """Feed bytes, get complete requests; raises a 400-class AgtpError on bad framing."""
+    """Feed bytes, get complete requests; raises a 400-class AgtpError on bad
+    framing, and on a repeated identity header (``duplicate_header``, as the
+    HTTP/2 binding answers it)."""
+
+    unique_headers = UNIQUE_HEADERS
 
     def __init__(self, max_body_bytes: int = 256 * 1024) -> None:
         super().__init__(max_body_bytes)
@@ -223,8 +236,18 @@ def _sendable_name(name: str) -> bool:
 
 
 def encode_response(status: int, headers: list[tuple[str, str]], body: bytes = b"") -> bytes:
-    """``AGTP/1.0 <status> <reason>`` + headers + blank line + body."""
+    """``AGTP/1.0 <status> <reason>`` + headers + blank line + body.
+
+    A header whose name is not a token or whose value holds CR, LF, another
+    control character or a character beyond Latin-1 is left out: nothing a
+    caller passes can split a line or forge a header (or a second answer)."""
     lines = [f"{AGTP_VERSION} {status} {REASON.get(status, 'Unknown')}"]
+    if _BAD_VALUE_RE.search("\t".join(v for _, v in headers)) is not None or not all(
+        _sendable_name(n) for n, _ in headers
+    ):
+        headers = [
+            (n, v) for n, v in headers if _sendable_name(n) and _BAD_VALUE_RE.search(v) is None
+        ]
     names = {n.lower() for n, _ in headers}
     extra = list(headers)
     if body and "content-type" not in names:

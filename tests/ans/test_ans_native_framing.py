@@ -4,7 +4,7 @@ the HTTP/2 binding (same typed request from the same message)."""
 from __future__ import annotations
 
 import pytest
-from ans.protocol.binding import MAX_HEADER_BYTES
+from ans.protocol.binding import MAX_HEADER_BYTES, UNIQUE_HEADERS, header_map
 from ans.protocol.errors import AgtpError, BadRequest, BodyTooLarge, HeaderTooLarge
 from ans.protocol.messages import Limits, parse_discover
 from ans.protocol.native import (
@@ -76,6 +76,62 @@ def test_bad_framing_is_a_typed_400(data: bytes, code: str) -> None:
     with pytest.raises(AgtpError) as exc:
         NativeParser().feed(data)
     assert exc.value.status == 400 and exc.value.code == code
+
+
+@pytest.mark.parametrize(
+    "name", ["Agent-ID", "Principal-ID", "Authority-Scope", "Task-ID", "AGTP-Method"]
+)
+def test_repeated_identity_header_is_refused_as_over_http2(name: str) -> None:
+    """Two Agent-ID lines are not joined into one "a, b" identity: 400
+    duplicate_header, the code (and message) header_map gives on HTTP/2."""
+    head = DRAFT_EXAMPLE.replace(b"Session-ID:", name.lower().encode() + b": other\r\nSession-ID:")
+    wire = head + f"{name}: again\r\n".encode() + b"Content-Length: 0\r\n\r\n"
+    parser = NativeParser()
+    with pytest.raises(AgtpError) as exc:
+        parser.feed(wire)
+    assert (exc.value.status, exc.value.code) == (400, "duplicate_header")
+    with pytest.raises(AgtpError) as h2:
+        header_map([(name.encode(), b"one"), (name.encode(), b"two")])
+    assert (h2.value.code, h2.value.message) == (exc.value.code, exc.value.message)
+    assert parser.failed is exc.value  # the stream is not read past it
+
+
+def test_unique_headers_are_the_identity_headers() -> None:
+    assert {"agent-id", "principal-id", "authority-scope", "task-id"} <= UNIQUE_HEADERS
+
+
+def test_other_repeated_headers_are_still_joined() -> None:
+    wire = b"AGTP/1.0 DISCOVER\r\nAccept: a\r\naccept: b\r\nSession-ID: s\r\n\r\n"
+    (req,) = NativeParser().feed(wire)
+    assert req.headers == {"accept": "a, b", "session-id": "s"}
+    # Answers may repeat any field (the client side refuses nothing extra).
+    (resp,) = NativeResponseParser(1024).feed(
+        b"AGTP/1.0 200 OK\r\nTask-ID: a\r\nTask-ID: b\r\n\r\n"
+    )
+    assert resp.headers["task-id"] == "a, b"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "a\r\nSet-Cookie: pwn=1\r\nX-Injected: yes",
+        "x\r\n\r\nAGTP/1.0 200 OK\r\nContent-Length: 0",
+        "lf\nonly",
+        "nul\x00byte",
+        "\u65e5\u672c",
+    ],
+)
+def test_encode_response_never_splits_a_header_line(value: str) -> None:
+    out = encode_response(400, [("Task-ID", value), ("Retry-After", "1")], b"{}")
+    assert out == (
+        b"AGTP/1.0 400 Bad Request\r\nRetry-After: 1\r\n"
+        b"Content-Type: application/agtp+json\r\nContent-Length: 2\r\n\r\n{}"
+    )
+    (resp,) = NativeResponseParser(1024).feed(out)
+    assert resp.status == 400 and "task-id" not in resp.headers
+    # Nor can a bad name, or a second Content-Length, get through.
+    bad = encode_response(200, [("X-A\r\nX-B", "1"), ("Content-Length", "0")], b"{}")
+    assert b"X-B" not in bad and bad.count(b"Content-Length") == 1
 
 
 def test_encode_response() -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 import orjson
 import pytest
 from ans.federation.native_transport import NativePeerTransport
@@ -267,6 +268,136 @@ def test_451_without_discovery_query_is_audited(demo: RunningServer) -> None:
     assert rec["agent_id"] == IDENTITY["agent-id"]
     assert rec["scope_presented"] == "agents:delegate documents:query"
     assert rec["scope_required"] == "discovery:query"
+
+
+# -- hostile task ids and repeated identity headers, on every transport ----------------
+
+# Body task_ids a hostile client sends to split header lines, forge a second
+# answer, or trip the HTTP/1.1 and HTTP/2 encoders.
+HOSTILE_TASK_IDS = [
+    "a\r\nSet-Cookie: pwn=1\r\nX-Injected: yes",
+    "x\r\n\r\nAGTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n",
+    "nul\x00byte",
+    "caf\u00e9 \u65e5\u672c",
+]
+H2_IDENTITY = {
+    "agent-id": IDENTITY["agent-id"],
+    "principal-id": IDENTITY["principal-id"],
+    "authority-scope": "discovery:query",
+    "content-type": CONTENT_TYPE,
+}
+
+
+def clean_refusal(
+    status: int, raw_headers: list[tuple[bytes, bytes]], body: bytes, task_id: str | None = None
+) -> dict[str, Any]:
+    """A 400 invalid_task_id whose headers are only the server's own lines:
+    no injected field, no task-id unless ``task_id``, every value printable ASCII."""
+    assert status == 400, body
+    doc: dict[str, Any] = orjson.loads(body)
+    assert doc["status"] == 400 and doc["error"]["code"] == "invalid_task_id"
+    assert "task_id" in doc["error"]["message"] and doc["task_id"] == task_id
+    names = [n.lower() for n, _ in raw_headers]
+    assert b"set-cookie" not in names and b"x-injected" not in names
+    assert names.count(b"agtp-status") == 1 and names.count(b"content-length") == 1
+    got = [v for n, v in raw_headers if n.lower() == b"task-id"]
+    assert got == ([] if task_id is None else [task_id.encode()])
+    for _, value in raw_headers:
+        assert all(0x20 <= c < 0x7F for c in value), value
+    return doc
+
+
+def native_raw_headers(answer: NativeResponse) -> list[tuple[bytes, bytes]]:
+    return [(k.encode(), v.encode("latin-1")) for k, v in answer.headers.items()]
+
+
+def new_output(server: RunningServer, since: int) -> str:
+    time.sleep(0.3)  # the log pump is a thread: let it catch up
+    return "".join(server.output[since:])
+
+
+@pytest.mark.parametrize("header_task_id", [None, "t-header-ok"])
+@pytest.mark.parametrize("task_id", HOSTILE_TASK_IDS)
+def test_a_hostile_body_task_id_is_refused_on_every_transport(
+    demo: RunningServer, task_id: str, header_task_id: str | None
+) -> None:
+    """HTTP/2, HTTP/1.1 (POST /agtp) and the native listener answer 400
+    invalid_task_id, echo no part of it, forge nothing and log no traceback.
+    A valid Task-ID header next to it is still echoed."""
+    assert demo.native_url is not None
+    since = len(demo.output)
+    body = orjson.dumps({"method": "DISCOVER", "task_id": task_id, "parameters": {"intent": "x"}})
+    headers = dict(H2_IDENTITY)
+    if header_task_id is not None:
+        headers["task-id"] = header_task_id
+    with httpx.Client(base_url=demo.url, http1=False, http2=True, timeout=20) as h2:
+        resp = h2.request("DISCOVER", "/", content=body, headers=headers)
+        assert resp.http_version == "HTTP/2"
+        clean_refusal(resp.status_code, resp.headers.raw, resp.content, header_task_id)
+        assert h2.request("DESCRIBE", "/", content=b"{}", headers=headers).status_code == 200
+    with httpx.Client(base_url=demo.url, timeout=20) as h1:
+        resp = h1.post("/agtp", content=body, headers={**headers, "agtp-method": "DISCOVER"})
+        assert resp.http_version == "HTTP/1.1"
+        clean_refusal(resp.status_code, resp.headers.raw, resp.content, header_task_id)
+        assert h1.request("DESCRIBE", "/", content=b"{}", headers=headers).status_code == 200
+    with NativeClient(demo.native_url) as nc:
+        nc.send(encode_request("DISCOVER", headers, body))
+        (answer,) = nc.read(1)
+        clean_refusal(answer.status, native_raw_headers(answer), answer.body, header_task_id)
+        # Nothing was forged after it: the next answer is the next request's.
+        after = nc.call("DESCRIBE", {}, "after-the-hostile-one")
+        assert after.status == 200 and after.headers["task-id"] == "after-the-hostile-one"
+        assert nc.answers == []
+    out = new_output(demo, since)
+    assert "Traceback" not in out and "LocalProtocolError" not in out, out
+
+
+@pytest.mark.parametrize("name", ["Agent-ID", "Principal-ID", "Authority-Scope", "Task-ID"])
+def test_a_repeated_identity_header_is_refused_on_both_listeners(
+    demo: RunningServer, name: str
+) -> None:
+    """Two Agent-ID lines are not joined into "a, b": 400 duplicate_header over
+    the native framing (then the server hangs up, as after any bad head), as
+    over HTTP/2."""
+    assert demo.native_url is not None
+    extra = "agtp://evil.example/agents/x" if name == "Agent-ID" else "second"
+    wire = agtp_request("DISCOVER", {"intent": "x"}, "t-dup").replace(
+        b"\r\nContent-Type:", f"\r\n{name}: {extra}\r\nContent-Type:".encode()
+    )
+    with NativeClient(demo.native_url) as nc:
+        nc.send(wire)
+        (native,) = nc.read(1)
+        assert native.status == 400 and native.headers["agtp-status"] == "400"
+        native_err = body_of(native)["error"]
+        assert native_err["code"] == "duplicate_header"
+        assert nc.read_until_closed() == []
+    with httpx.Client(base_url=demo.url, http1=False, http2=True, timeout=20) as h2:
+        headers = [(k, v) for k, v in {**H2_IDENTITY, "task-id": "t-dup"}.items()]
+        resp = h2.request("DISCOVER", "/", content=b"{}", headers=[*headers, (name.lower(), extra)])
+    assert resp.status_code == 400
+    assert resp.json()["error"] == native_err
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="needs ans/app.py AnsApp.answer to echo request_task_id(...) on failure",
+)
+def test_an_error_answer_echoes_the_body_task_id(demo: RunningServer) -> None:
+    """A 422 (the envelope parsed, a parameter did not) echoes the body's
+    task_id as a 200 would, in the body and the task-id header."""
+    assert demo.native_url is not None
+    body = orjson.dumps({"method": "DISCOVER", "task_id": "t-body-422", "parameters": {"limit": 0}})
+    with httpx.Client(base_url=demo.url, http1=False, http2=True, timeout=20) as h2:
+        resp = h2.request("DISCOVER", "/", content=body, headers=H2_IDENTITY)
+    with NativeClient(demo.native_url) as nc:
+        nc.send(encode_request("DISCOVER", H2_IDENTITY, body))
+        (native,) = nc.read(1)
+    for status, headers, doc in [
+        (resp.status_code, resp.headers, resp.json()),
+        (native.status, native.headers, body_of(native)),
+    ]:
+        assert status == 422 and doc["error"]["code"] == "invalid_limit"
+        assert doc["task_id"] == "t-body-422" and headers["task-id"] == "t-body-422"
 
 
 def idle_after_one_second(server_factory: Any, tmp_path: Path) -> Any:

@@ -369,6 +369,16 @@ def test_activate_then_discover(h2: httpx.Client, test_gov_key: Any) -> None:
             "invalid_manifest",
         ),
         ("big-header", "DISCOVER", b"{}", {"agent-id": "a" * 2000}, 400, "invalid_agent_id"),
+        (
+            "task-id-crlf",
+            "DISCOVER",
+            b'{"task_id": "a\\r\\nSet-Cookie: pwn=1\\r\\nX-Injected: yes"}',
+            {"task-id": None},
+            400,
+            "invalid_task_id",
+        ),
+        ("task-id-nul", "DISCOVER", b'{"task_id": "a\\u0000b"}', {}, 400, "invalid_task_id"),
+        ("task-id-int", "DISCOVER", b'{"task_id": 7}', {}, 400, "invalid_task_id"),
     ],
 )
 def test_bad_input_gets_a_typed_4xx(
@@ -382,6 +392,7 @@ def test_bad_input_gets_a_typed_4xx(
 ) -> None:
     resp = call(h2, method, None, body=body, headers=headers)
     assert resp.status_code == status, resp.text
+    assert "set-cookie" not in resp.headers and "x-injected" not in resp.headers
     err = resp.json()["error"]
     assert err["code"] == code and err["message"]
     assert code in ERROR_CODES  # one registry of codes

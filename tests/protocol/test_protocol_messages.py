@@ -26,7 +26,15 @@ from ans.protocol.errors import (
     UnsupportedVersion,
 )
 from ans.protocol.jcs import canonicalize
-from ans.protocol.messages import Limits, parse_discover
+from ans.protocol.messages import (
+    MAX_TASK_ID_LEN,
+    Limits,
+    is_task_id,
+    parse_describe,
+    parse_discover,
+    request_task_id,
+    task_id_hint,
+)
 
 HEADERS = {
     "agent-id": "agtp://acme.example/agents/buyer",
@@ -78,6 +86,7 @@ CODES_UNDER_TEST = (
     "duplicate_header",
     "invalid_federation_path",
     "invalid_federation_budget",
+    "invalid_task_id",
 )
 
 
@@ -267,6 +276,94 @@ def test_task_id_mismatch() -> None:
         body({}, task_id="task-2"),
         Limits(),
     )
+
+
+# What a hostile client puts in the body's task_id to split or forge response
+# header lines, plus values the Task-ID header rule refuses anyway.
+BAD_TASK_IDS: list[Any] = [
+    "a\r\nSet-Cookie: pwn=1\r\nX-Injected: yes",
+    "x\r\n\r\nAGTP/1.0 200 OK\r\nContent-Length: 0",
+    "lf\nonly",
+    "cr\ronly",
+    "nul\x00byte",
+    "tab\there",
+    "del\x7f",
+    "caf\u00e9",
+    "\u65e5\u672c",
+    " padded",
+    "padded ",
+    "",
+    "x" * (MAX_TASK_ID_LEN + 1),
+    5,
+    True,
+    ["t-1"],
+    {"id": "t-1"},
+]
+
+
+@pytest.mark.parametrize("value", BAD_TASK_IDS)
+def test_body_task_id_obeys_the_task_id_header_rule(value: Any) -> None:
+    err = expect(
+        AgtpError,
+        400,
+        "invalid_task_id",
+        parse_discover,
+        HEADERS,
+        body({}, task_id=value),
+        Limits(),
+    )
+    assert "task_id" in err.message and "printable ASCII" in err.message
+    if isinstance(value, str) and value:
+        assert value not in err.message  # the message does not echo it either
+    # Same rule for every method's envelope, and with a valid Task-ID header too.
+    data = orjson.dumps({"method": "DESCRIBE", "task_id": value})
+    expect(AgtpError, 400, "invalid_task_id", parse_describe, {}, data, Limits())
+    headers = {**HEADERS, "task-id": "t-1"}
+    expect(
+        AgtpError,
+        400,
+        "invalid_task_id",
+        parse_discover,
+        headers,
+        body({}, task_id=value),
+        Limits(),
+    )
+
+
+@pytest.mark.parametrize("value", ["t", "task-disc-001", "with inner space", "x" * MAX_TASK_ID_LEN])
+def test_valid_body_task_id_is_kept_as_sent(value: str) -> None:
+    assert is_task_id(value)
+    assert discover({}, task_id=value).task_id == value
+
+
+@pytest.mark.parametrize("value", [v for v in BAD_TASK_IDS if isinstance(v, str) and v.strip()])
+def test_task_id_header_rule_is_the_same(value: str) -> None:
+    assert not is_task_id(value)
+    if value.strip() == value:  # the header is trimmed first; everything else is refused
+        headers = {**HEADERS, "task-id": value}
+        expect(InvalidHeader, 400, "invalid_task_id", discover, {}, headers)
+        assert task_id_hint(headers) is None
+
+
+def test_request_task_id_for_error_answers() -> None:
+    limits = Limits()
+    bad_limit = body({"limit": 0}, task_id="t-body")
+    # The envelope parsed: its task_id is echoed even though the parameters are refused.
+    expect(InvalidParameter, 422, "invalid_limit", parse_discover, HEADERS, bad_limit, limits)
+    assert request_task_id("DISCOVER", HEADERS, bad_limit, limits) == "t-body"
+    # The Task-ID header wins when sent (and a refused one is not echoed).
+    assert request_task_id("DISCOVER", {"task-id": " t-h "}, bad_limit, limits) == "t-h"
+    assert request_task_id("DISCOVER", {"task-id": "a\x00b"}, bad_limit, limits) is None
+    assert request_task_id("DISCOVER", {"task-id": " "}, bad_limit, limits) == "t-body"
+    # An envelope that did not parse, or an invalid body task_id: nothing to echo.
+    for value in BAD_TASK_IDS:
+        assert request_task_id("DISCOVER", {}, body({}, task_id=value), limits) is None
+    assert request_task_id("DISCOVER", {}, b'{"task_id": "t", "task_id": "u"}', limits) is None
+    assert request_task_id("DISCOVER", {}, b"[1]", limits) is None
+    assert request_task_id("DISCOVER", {}, b"", limits) is None
+    # A body naming another method is refused (method_mismatch): nothing echoed.
+    assert request_task_id("DESCRIBE", {}, body({}, task_id="t-2"), limits) is None
+    assert request_task_id("DESCRIBE", {}, b'{"task_id": "t-3"}', limits) == "t-3"
 
 
 @pytest.mark.parametrize("data", [b"[]", b'[{"method": "DISCOVER"}]', b'"DISCOVER"', b"null"])
@@ -482,6 +579,21 @@ def test_response_headers() -> None:
     assert headers[b"content-type"] == b"application/agtp+json"
     bare = dict(binding.response_headers(204, None, "s", body=False))
     assert b"task-id" not in bare and b"content-type" not in bare
+
+
+@pytest.mark.parametrize("value", [v for v in BAD_TASK_IDS if isinstance(v, str)])
+def test_response_headers_never_send_an_invalid_task_id(value: str) -> None:
+    """Defence in depth: whoever passes the task id, no CR/LF/NUL/non-ASCII
+    (or over-long) value becomes a response header; the header is left out."""
+    headers = binding.response_headers(400, value, "agtp://ans.example")
+    assert [n for n, _ in headers] == [
+        b"agtp-version",
+        b"agtp-status",
+        b"server-agent-id",
+        b"content-type",
+    ]
+    for _, v in headers:
+        assert all(0x20 <= c < 0x7F for c in v)
 
 
 # -- federation headers ---------------------------------------------------------------
