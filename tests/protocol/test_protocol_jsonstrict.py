@@ -3,7 +3,10 @@ test_parsing) plus unit cases for each rule of ``ans.protocol.jsonstrict``."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -285,3 +288,147 @@ def test_compact_orjson_body_parses_like_the_strict_decoder() -> None:
     body = orjson.dumps(doc)
     assert orjson.dumps(orjson.loads(body)) == body  # the shortcut applies
     assert jsonstrict.loads(body) == jsonstrict._DECODER.decode(body.decode()) == doc
+
+
+# -- any other body: decided on the text outside strings, in linear time -------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"a": 1, "\\u0061": 2}',
+        b'{ "a" : ":" , "a" : 1 }',
+        b'{"k": "x", "k\\"": 1, "k\\"": 2}',
+        b'[ {"x": {"k": null}}, {"y": {"k": 1, "k": null}} ]',
+        b'{"a": {"n": null, "m": 1}, "a": {"n": null}}',
+    ],
+    ids=["escaped-spelling", "colon-in-value", "escaped-quote-in-key", "nested-null", "subtree"],
+)
+def test_spaced_duplicates_are_refused(body: bytes) -> None:
+    assert "duplicate key" in _rejects(body).message
+
+
+@pytest.mark.parametrize(
+    "body, value",
+    [
+        (b'{ "a:b" : "c:d", "e" : "\\":", "n": "null" }', {"a:b": "c:d", "e": '":', "n": "null"}),
+        (b'{"\\\\": {"\\\\\\"": [null, ":"]}}', {"\\": {'\\"': [None, ":"]}}),
+        (b'[ "\\u003a", {"\\u003a": null} ]', [":", {":": None}]),
+        (b'{"a" :1,"b":1e2, "c": 0.10}', {"a": 1, "b": 100.0, "c": 0.1}),
+    ],
+    ids=["colons-and-null-in-strings", "escapes", "escaped-colon", "number-spellings"],
+)
+def test_spaced_documents_parse_like_the_strict_decoder(body: bytes, value: object) -> None:
+    assert loads(body) == jsonstrict._DECODER.decode(body.decode()) == value
+
+
+def _spy(monkeypatch: pytest.MonkeyPatch, name: str) -> list[str]:
+    """Record every call of the stdlib decoder ``name`` in jsonstrict."""
+    calls: list[str] = []
+    decoder = getattr(jsonstrict, name)
+
+    class Spy:
+        def decode(self, text: str) -> object:
+            calls.append(text)
+            return decoder.decode(text)
+
+    monkeypatch.setattr(jsonstrict, name, Spy())
+    return calls
+
+
+@pytest.mark.parametrize(
+    "body, ok",
+    [
+        (b' {"pad": [' + b"{}, " * 20_000 + b"{}]}", True),
+        (b'{"pad": [' + (b"[" * 30 + b"0" + b"]" * 30 + b", ") * 2_000 + b"1]}", True),
+        (b'{"pad": "' + b"\\u0041" * 10_000 + b'", "n": [1e2, 1.0, -0, 0.5E-3]}', True),
+        (b'{"pad": [' + b"{}, " * 20_000 + b'{}], "pad": 1}', False),
+    ],
+    ids=["spaced-empty-objects", "depth-31-lists", "escapes-and-numbers", "duplicate-at-end"],
+)
+def test_no_body_is_parsed_twice(monkeypatch: pytest.MonkeyPatch, body: bytes, ok: bool) -> None:
+    """The slow path that a hostile client could force (orjson, then the
+    stdlib with Python hooks: 100 ms for 256 KB) is gone."""
+    strict, exact = _spy(monkeypatch, "_DECODER"), _spy(monkeypatch, "_EXACT")
+    with contextlib.nullcontext() if ok else pytest.raises(MalformedJson):
+        loads(body)
+    assert strict == exact == []
+
+
+@pytest.mark.parametrize(
+    "body, value",
+    [
+        (b"[98765432109876543210]", [98765432109876543210]),
+        (b"[ -1234567890123456789 ]", [-1234567890123456789]),
+        (b'{"n": 340282366920938463463374607431768211456}', {"n": 2**128}),
+    ],
+)
+def test_integers_beyond_64_bits_stay_exact(
+    monkeypatch: pytest.MonkeyPatch, body: bytes, value: Any
+) -> None:
+    calls = _spy(monkeypatch, "_EXACT")
+    assert loads(body) == value
+    assert calls, "orjson turns these into floats; the stdlib keeps them exact"
+    (number,) = value.values() if isinstance(value, dict) else value
+    assert type(number) is int
+    assert loads(body) == jsonstrict._DECODER.decode(body.decode())
+
+
+@pytest.mark.parametrize(
+    "body, value",
+    [
+        (b"[1234567890123456789]", [1234567890123456789]),
+        (b"[ -123456789012345678 ]", [-123456789012345678]),
+        (b"[ 0.12345678901234567890 ]", [0.12345678901234567890]),
+        (b"[ 12345678901234567890.5 ]", [12345678901234567890.5]),
+        (b"[ 1e-12345678901234567890 ]", [0.0]),
+        (b"[ 1.5E+0000000000000000000001 ]", [15.0]),
+    ],
+    ids=["19-digits", "18-digits-negative", "fraction", "integer-part", "exponent", "exponent+"],
+)
+def test_other_long_digit_runs_need_no_second_parse(
+    monkeypatch: pytest.MonkeyPatch, body: bytes, value: list[object]
+) -> None:
+    calls = _spy(monkeypatch, "_EXACT")
+    assert loads(body) == value
+    assert type(loads(body)[0]) is type(value[0])
+    assert calls == []
+
+
+def test_integer_beyond_a_double_rejected() -> None:
+    _rejects(b"[ " + b"9" * 400 + b" ]")
+
+
+def test_nesting_deeper_than_orjson_writes_back() -> None:
+    data = b" " + b"[" * 300 + b"]" * 300  # orjson reads 300 levels but writes at most ~250
+    value = loads(data, max_depth=300)
+    for _ in range(299):
+        value = value[0]
+    assert value == []
+
+
+@pytest.mark.parametrize("body", [b'[[{"a": 1}], {"b": [2, 3]}]', b"[", b'{"a":1,"a":2}'])
+def test_garbage_collector_is_left_as_it_was(body: bytes) -> None:
+    assert gc.isenabled()
+    with contextlib.suppress(MalformedJson):
+        loads(body)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with contextlib.suppress(MalformedJson):
+            loads(body)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+@pytest.mark.parametrize("strings", [10, 5_000], ids=["few-quotes", "many-quotes"])
+def test_strings_full_of_colons_and_brackets(strings: int) -> None:
+    """Both ways of finding the strings (bytes.split, NumPy past 2,048 quotes)."""
+    items = [f'"k{i}": "v:{{[null\\\\\\":"' for i in range(strings)]
+    body = ("{ " + ", ".join(items) + " }").encode()
+    value = loads(body)
+    assert len(value) == strings and value["k0"] == 'v:{[null\\":'
+    _rejects(body[:-1] + b', "k0": 1}')  # a duplicate of the first key, at the end
+    deep = ("[" * MAX_DEPTH + '"' + "[" * 100 + '", "x:"' + "]" * MAX_DEPTH).encode()
+    assert loads(deep)
