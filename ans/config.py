@@ -55,6 +55,9 @@ class Config:
     # A connection must start its first request, and a request must arrive
     # whole (headers and body), within this many seconds (408 otherwise).
     request_timeout: float = 10.0
+    # An answer the client does not read within this many seconds is dropped:
+    # the HTTP/2 stream is reset, the native connection closed.
+    write_timeout: float = 30.0
     tls_client_ca: Path | None = None  # CA bundle for client certificates (auth mode mtls)
     # [ans] identity of this server
     data_dir: Path = Path("ans-data")
@@ -140,6 +143,8 @@ class Config:
             raise ConfigError("max_connections_per_client must be 0 (no cap) .. 1000000")
         if not 0 < self.request_timeout <= 300:
             raise ConfigError("request_timeout must be more than 0 and at most 300 seconds")
+        if not 0 < self.write_timeout <= 3600:
+            raise ConfigError("write_timeout must be more than 0 and at most 3600 seconds")
         w = self.ranking
         if (
             min(w.trust_tier, w.behavioral_trust, w.capability_match) < 0
@@ -216,6 +221,7 @@ _SECTIONS = {
         "max_connections_per_client",
         "keep_alive_timeout",
         "request_timeout",
+        "write_timeout",
         "tls_client_ca",
     },
     "ans": {

@@ -100,9 +100,9 @@ import structlog
 from hypercorn.asyncio.tcp_server import TCPServer
 from hypercorn.events import Closed, RawData, Updated
 from hypercorn.protocol import ProtocolWrapper
-from hypercorn.protocol.events import EndBody
+from hypercorn.protocol.events import Body, EndBody
 from hypercorn.protocol.h2 import H2Protocol
-from priority.priority import TooManyStreamsError
+from priority.priority import MissingStreamError, TooManyStreamsError
 
 log = structlog.get_logger("ans.http")
 
@@ -447,6 +447,33 @@ def _charge(proto: Any, frames: int) -> bool:
     return tokens >= 0.0
 
 
+WRITE_TIMEOUT = 30.0  # s an answer may wait for the client to read it (as on the native listener)
+_WRITE_TIMEOUT = "ans_write_timeout"
+
+
+def deadline_for_answers(hc: Any, seconds: float) -> None:
+    """Reset (RST_STREAM CANCEL) an answer the client has not let through
+    within ``seconds``, for servers run with this hypercorn config."""
+    setattr(hc, _WRITE_TIMEOUT, seconds)
+
+
+async def _give_up_answer(proto: Any, stream_id: int) -> None:
+    log.debug("http2 answer not read in time; stream reset", stream_id=stream_id)
+    try:
+        proto.connection.reset_stream(stream_id, h2.errors.ErrorCodes.CANCEL)
+    except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+        pass  # already closed
+    buffer = proto.stream_buffers.pop(stream_id, None)
+    if buffer is not None:
+        await buffer.close()
+    try:
+        proto.priority.remove_stream(stream_id)
+    except MissingStreamError:
+        pass
+    await proto._flush()
+    await proto._close_stream(stream_id)
+
+
 def _budget_control_frames() -> None:
     handle = H2Protocol.handle
     stream_send = H2Protocol.stream_send
@@ -474,7 +501,16 @@ def _budget_control_frames() -> None:
     async def send_counting_answers(self: Any, event: Any) -> None:
         if isinstance(event, EndBody):
             setattr(self, _ANSWERED, getattr(self, _ANSWERED, 0) + 1)
-        await stream_send(self, event)
+        if not isinstance(event, (Body, EndBody)):
+            await stream_send(self, event)
+            return
+        # An answer waits for the client's flow-control window; a client that
+        # never opens it must not hold the answer (and its task) for good.
+        try:
+            async with asyncio.timeout(getattr(self.config, _WRITE_TIMEOUT, WRITE_TIMEOUT)):
+                await stream_send(self, event)
+        except TimeoutError:
+            await _give_up_answer(self, event.stream_id)
 
     async def flush_counting(self: Any) -> None:
         # hypercorn's _flush, counting the bytes sent for the budget

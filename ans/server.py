@@ -342,6 +342,7 @@ def hypercorn_config(config: Config, sock: socket.socket) -> HypercornConfig:
     hc.graceful_timeout = 2.0
     hypercorn_fixes.cap_connections_per_client(hc, config.max_connections_per_client)
     hypercorn_fixes.deadline_for_first_request(hc, config.request_timeout)
+    hypercorn_fixes.deadline_for_answers(hc, config.write_timeout)
     hc.ssl_handshake_timeout = config.request_timeout
     if config.tls_certfile is not None:
         hc.certfile = str(config.tls_certfile)
@@ -391,6 +392,7 @@ def serve_forever(
                 app,
                 keep_alive_timeout=config.keep_alive_timeout,
                 request_timeout=config.request_timeout,
+                write_timeout=config.write_timeout,
             )
             n_host, n_port = await native.start(*native_at, native_tls)
             scheme = SCHEME_TLS if native_tls is not None else SCHEME_CLEARTEXT

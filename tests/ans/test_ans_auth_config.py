@@ -145,3 +145,11 @@ def test_request_timeout(tmp_path: Path) -> None:
     for bad in ("0", "-1", "301", '"soon"'):
         with pytest.raises(ConfigError, match="request_timeout"):
             load(write(tmp_path, f"[server]\nrequest_timeout = {bad}\n"))
+
+
+def test_write_timeout(tmp_path: Path) -> None:
+    assert load(None).write_timeout == 30.0
+    assert load(write(tmp_path, "[server]\nwrite_timeout = 5\n")).write_timeout == 5
+    for bad in ("0", "-2", "3601", '"later"'):
+        with pytest.raises(ConfigError, match="write_timeout"):
+            load(write(tmp_path, f"[server]\nwrite_timeout = {bad}\n"))

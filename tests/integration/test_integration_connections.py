@@ -422,6 +422,33 @@ def test_sigterm_during_a_rapid_reset_flood_stops_cleanly(
     assert not any("Traceback" in line or "ProtocolError" in line for line in srv.output)
 
 
+def test_an_answer_the_client_never_lets_through_is_reset(
+    tmp_path: Path, server_factory: Any
+) -> None:
+    """A client whose flow-control window stays shut cannot hold answers (and
+    their tasks) for good: after write_timeout the stream is reset (CANCEL),
+    and the connection serves on once the client reads."""
+    cfg = tmp_path / "ans.toml"
+    cfg.write_text("[server]\nwrite_timeout = 1\n\n[rate_limit]\nenabled = false\n")
+    srv = server_factory(tmp_path / "data", "--demo", "--config", str(cfg))
+    client = RawH2(srv.url)
+    try:
+        client.conn.update_settings({SettingsFrame.INITIAL_WINDOW_SIZE: 0})
+        stuck = [client.start("DISCOVER", "/") for _ in range(3)]
+        for sid in stuck:
+            client.finish(sid)
+        started = time.monotonic()
+        for sid in stuck:
+            assert client.wait(sid, reset=True).reset == 8  # CANCEL
+        assert 0.5 < time.monotonic() - started < 8
+        client.conn.update_settings({SettingsFrame.INITIAL_WINDOW_SIZE: 65535})
+        sid = client.start("DISCOVER", "/")
+        client.finish(sid)
+        assert_answered(client.wait(sid))
+    finally:
+        client.close()
+
+
 def test_connections_per_client_address_are_capped(tmp_path: Path, server_factory: Any) -> None:
     cfg = tmp_path / "ans.toml"
     cfg.write_text("[server]\nmax_connections_per_client = 3\n")
