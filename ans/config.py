@@ -51,6 +51,9 @@ class Config:
     keep_alive_max_requests: int = 100_000
     # HTTP/2 (and HTTP/1.1) connections one client address may hold; 0: no cap.
     max_connections_per_client: int = 256
+    # HTTP/2 (and HTTP/1.1) connections in all; also bounded by the open-file
+    # limit (see ans.server.connection_caps).
+    max_connections: int = 4096
     keep_alive_timeout: float = 300.0
     # A connection must start its first request, and a request must arrive
     # whole (headers and body), within this many seconds (408 otherwise).
@@ -141,6 +144,8 @@ class Config:
             raise ConfigError("tls_certfile and tls_keyfile go together")
         if not 0 <= self.max_connections_per_client <= 1_000_000:
             raise ConfigError("max_connections_per_client must be 0 (no cap) .. 1000000")
+        if not 1 <= self.max_connections <= 1_000_000:
+            raise ConfigError("max_connections must be 1 .. 1000000")
         if not 0 < self.request_timeout <= 300:
             raise ConfigError("request_timeout must be more than 0 and at most 300 seconds")
         if not 0 < self.write_timeout <= 3600:
@@ -219,6 +224,7 @@ _SECTIONS = {
         "tls_keyfile",
         "keep_alive_max_requests",
         "max_connections_per_client",
+        "max_connections",
         "keep_alive_timeout",
         "request_timeout",
         "write_timeout",

@@ -33,10 +33,13 @@ many requests timed out and were cancelled) the next request raised
 The connection now ends with GOAWAY ENHANCE_YOUR_CALM instead; the client
 reconnects with a fresh tree.
 
-**Connections per client address.** hypercorn has no such cap, so one
-address could hold connections until the process ran out of file
-descriptors. With :func:`cap_connections_per_client` set on the hypercorn
-config, a connection over the cap is closed as soon as it is accepted.
+**Connections per client address, and in all.** hypercorn has no such
+caps, so one address (or a few) could hold connections until the process
+ran out of file descriptors; asyncio's accept loop then failed on every
+connection, for every client of both listeners. With :func:`cap_connections`
+set on the hypercorn config, a connection over either cap is closed as soon
+as it is accepted. Clients are counted by :func:`client_key`: an IPv6 client
+by its /64, as for the rate limit.
 
 **Answers to a closed connection** (HTTP/2). When a connection closes,
 hypercorn's sender stops, but a request still running goes on writing its
@@ -103,6 +106,8 @@ from hypercorn.protocol import ProtocolWrapper
 from hypercorn.protocol.events import Body, EndBody
 from hypercorn.protocol.h2 import H2Protocol
 from priority.priority import MissingStreamError, TooManyStreamsError
+
+from ans.governance.ratelimit import address_key, client_ip
 
 log = structlog.get_logger("ans.http")
 
@@ -322,13 +327,25 @@ async def _calm(proto: Any, reason: str) -> None:
 # -- connections per client address -------------------------------------------------------
 
 _CAP = "ans_max_connections_per_client"
+_TOTAL_CAP = "ans_max_connections"
 _COUNTS = "_ans_connections_per_client"
+_TOTAL = "_ans_connections"
 
 
-def cap_connections_per_client(hc: Any, cap: int) -> None:
-    """At most ``cap`` open connections per client address (0: no cap) for
+def cap_connections(hc: Any, per_client: int, total: int) -> None:
+    """At most ``per_client`` open connections per client (its IPv4 address
+    or IPv6 /64, as for the rate limit) and ``total`` in all (0: no cap), for
     servers run with this hypercorn config."""
-    setattr(hc, _CAP, cap)
+    setattr(hc, _CAP, per_client)
+    setattr(hc, _TOTAL_CAP, total)
+
+
+def client_key(host: str) -> str:
+    """What connections are counted under: the IPv4 address (an IPv4-mapped
+    IPv6 one too) or the IPv6 /64, since one host usually holds a whole /64;
+    anything else as it is."""
+    ip = client_ip(host)
+    return host if ip is None else address_key(ip)
 
 
 def _count_connections_per_client() -> None:
@@ -336,19 +353,24 @@ def _count_connections_per_client() -> None:
 
     async def run_capped(self: Any) -> None:
         cap = getattr(self.config, _CAP, 0)
-        if not cap:
+        total_cap = getattr(self.config, _TOTAL_CAP, 0)
+        if not cap and not total_cap:
             await run(self)
             return
         peer = self.writer.get_extra_info("peername")
-        client = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
-        counts: dict[str, int] = self.context.__dict__.setdefault(_COUNTS, {})
-        if counts.get(client, 0) >= cap:
+        client = client_key(str(peer[0])) if isinstance(peer, tuple) and peer else "?"
+        state = self.context.__dict__
+        counts: dict[str, int] = state.setdefault(_COUNTS, {})
+        total = state.get(_TOTAL, 0)
+        if (cap and counts.get(client, 0) >= cap) or (total_cap and total >= total_cap):
             self.writer.close()  # refused: hypercorn never sees it
             return
         counts[client] = counts.get(client, 0) + 1
+        state[_TOTAL] = total + 1
         try:
             await run(self)
         finally:
+            state[_TOTAL] -= 1
             left = counts[client] - 1
             if left:
                 counts[client] = left

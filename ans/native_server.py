@@ -46,6 +46,7 @@ from ans.protocol.native import NativeParser, NativeRequest, encode_response
 from .app import AnsApp, Answer
 from .config import Config
 from .gate import Credentials
+from .hypercorn_fixes import client_key
 from .mtls import tls_extension
 
 log = structlog.get_logger("ans.native")
@@ -144,7 +145,8 @@ class NativeConnection(asyncio.Protocol):
         self.idle_since = 0.0  # set when the connection is made and after each answer
         self.paused = False
         self.closing = False
-        self.client: str | None = None  # counted in listener.per_client
+        self.client: str | None = None  # the peer's address
+        self.slot: str | None = None  # what it is counted under in listener.per_client
         self.fresh = True  # no request yet: it must come within request_timeout
         self.writable = asyncio.Event()  # the client reads what we write
         self.writable.set()
@@ -157,16 +159,18 @@ class NativeConnection(asyncio.Protocol):
         self.tls = {"tls": ext} if ext is not None else None
         peer = transport.get_extra_info("peername")
         client = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
+        slot = client_key(client)  # an IPv6 client counts by its /64
         listener = self.listener
         if len(listener.connections) >= listener.max_connections:
             self._refuse("too many connections; try again later")
             return
-        if listener.per_client.get(client, 0) >= listener.max_per_client:
+        if listener.per_client.get(slot, 0) >= listener.max_per_client:
             self._refuse("too many connections from this address; try again later")
             return
         listener.connections.add(self)
         self.client = client
-        listener.per_client[client] = listener.per_client.get(client, 0) + 1
+        self.slot = slot
+        listener.per_client[slot] = listener.per_client.get(slot, 0) + 1
         self.idle_since = asyncio.get_running_loop().time()
         self._arm()
 
@@ -221,13 +225,13 @@ class NativeConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         self.listener.connections.discard(self)
-        if self.client is not None:
-            left = self.listener.per_client.get(self.client, 1) - 1
-            if left > 0:
-                self.listener.per_client[self.client] = left
+        if self.slot is not None:
+            left = self.listener.per_client.get(self.slot, 1) - 1
+            if left:
+                self.listener.per_client[self.slot] = left
             else:
-                self.listener.per_client.pop(self.client, None)
-            self.client = None
+                self.listener.per_client.pop(self.slot, None)
+            self.slot = None
         self.writable.set()
         if self.timer is not None:
             self.timer.cancel()

@@ -52,6 +52,7 @@ from .matcher import (
     profile_from,
 )
 from .mtls import serve_with_client_certs
+from .native_server import MAX_CONNECTIONS as NATIVE_MAX_CONNECTIONS
 from .native_server import SCHEME_CLEARTEXT, SCHEME_TLS, NativeListener, native_ssl_context
 from .outbox import Outbox
 from .refresher import FreshnessRunner
@@ -340,7 +341,8 @@ def hypercorn_config(config: Config, sock: socket.socket) -> HypercornConfig:
     hc.accesslog = None
     hc.errorlog = logging.getLogger("hypercorn.error")  # through our handler, once
     hc.graceful_timeout = 2.0
-    hypercorn_fixes.cap_connections_per_client(hc, config.max_connections_per_client)
+    http_cap, _ = connection_caps(config, open_file_limit())
+    hypercorn_fixes.cap_connections(hc, config.max_connections_per_client, http_cap)
     hypercorn_fixes.deadline_for_first_request(hc, config.request_timeout)
     hypercorn_fixes.deadline_for_answers(hc, config.write_timeout)
     hc.ssl_handshake_timeout = config.request_timeout
@@ -355,6 +357,44 @@ def hypercorn_config(config: Config, sock: socket.socket) -> HypercornConfig:
     return hc
 
 
+FD_RESERVE = 256  # descriptors kept for the stores, logs, key files and peer connections
+
+
+def raise_open_file_limit() -> int:
+    """Raise this process's soft limit on open files to its hard limit (as Go
+    programs do by default) and return it: each connection holds one."""
+    try:
+        import resource
+    except ImportError:  # not on POSIX: nothing to raise, no known limit
+        return 1 << 20
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        wanted = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError):
+            pass
+    return int(soft)
+
+
+def open_file_limit() -> int:
+    try:
+        import resource
+    except ImportError:
+        return 1 << 20
+    return int(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+
+
+def connection_caps(config: Config, open_files: int) -> tuple[int, int]:
+    """(HTTP/2 listener, native listener) connection caps that together stay
+    below the open-file limit, keeping FD_RESERVE for everything else: a
+    process out of descriptors can accept nobody on either listener."""
+    usable = max(8, open_files - FD_RESERVE)
+    native = min(NATIVE_MAX_CONNECTIONS, usable // 4) if config.native_host_port else 0
+    return max(1, min(config.max_connections, usable - native)), native
+
+
 def serve_forever(
     service: AnsService,
     config: Config,
@@ -363,6 +403,15 @@ def serve_forever(
     gate: RequestGate | None = None,
     lock: DataDirLock | None = None,
 ) -> None:
+    open_files = raise_open_file_limit()
+    http_cap, native_cap = connection_caps(config, open_files)
+    log.info(
+        "connection caps",
+        open_files=open_files,
+        http=http_cap,
+        native=native_cap,
+        per_client=config.max_connections_per_client,
+    )
     sock = bind_socket(config)
     host, port = sock.getsockname()[:2]
     scheme = "https" if config.tls_certfile else "http"
@@ -393,6 +442,7 @@ def serve_forever(
                 keep_alive_timeout=config.keep_alive_timeout,
                 request_timeout=config.request_timeout,
                 write_timeout=config.write_timeout,
+                max_connections=native_cap,
             )
             n_host, n_port = await native.start(*native_at, native_tls)
             scheme = SCHEME_TLS if native_tls is not None else SCHEME_CLEARTEXT

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ans.config import ConfigError, load
+from ans.server import FD_RESERVE, connection_caps
 
 
 def write(tmp: Path, text: str) -> Path:
@@ -137,6 +138,21 @@ def test_max_connections_per_client(tmp_path: Path) -> None:
     for bad in ("-1", "2000000", '"many"'):
         with pytest.raises(ConfigError, match="max_connections_per_client"):
             load(write(tmp_path, f"[server]\nmax_connections_per_client = {bad}\n"))
+
+
+def test_max_connections_and_the_caps_under_the_open_file_limit(tmp_path: Path) -> None:
+    assert load(None).max_connections == 4096
+    cfg = load(write(tmp_path, "[server]\nmax_connections = 10\n"))
+    assert cfg.max_connections == 10
+    for bad in ("0", "-1", "2000000", '"lots"'):
+        with pytest.raises(ConfigError, match="max_connections"):
+            load(write(tmp_path, f"[server]\nmax_connections = {bad}\n"))
+    # Together the two listeners stay FD_RESERVE below the open-file limit.
+    native = load(None, native_listen="127.0.0.1:0")
+    assert connection_caps(load(None), 1024) == (1024 - FD_RESERVE, 0)
+    assert connection_caps(native, 1024) == (1024 - FD_RESERVE - 192, 192)
+    assert connection_caps(native, 1_048_576) == (4096, 1024)
+    assert connection_caps(cfg, 1_048_576) == (10, 0)
 
 
 def test_request_timeout(tmp_path: Path) -> None:

@@ -129,3 +129,12 @@ def test_connections_ended_in_a_flood_are_logged_once_a_second() -> None:
     logs = asyncio.run(run())
     assert [entry["also_ended_since_last_line"] for entry in logs] == [0, 49]
     assert all(entry["client"] == "192.0.2.1" for entry in logs)
+
+
+def test_connections_are_counted_per_ipv4_address_or_ipv6_64() -> None:
+    assert hypercorn_fixes.client_key("192.0.2.7") == "192.0.2.7"
+    assert hypercorn_fixes.client_key("::ffff:192.0.2.7") == "192.0.2.7"
+    assert hypercorn_fixes.client_key("2001:db8:1:2::99") == "2001:db8:1:2::/64"
+    assert hypercorn_fixes.client_key("2001:db8:1:2:ffff::1") == "2001:db8:1:2::/64"
+    assert hypercorn_fixes.client_key("2001:db8:1:3::1") == "2001:db8:1:3::/64"
+    assert hypercorn_fixes.client_key("?") == "?"

@@ -62,10 +62,12 @@ class Answer:
 class RawH2:
     """A minimal h2c client that can leave a request body unsent."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, source: str | None = None) -> None:
         host, port = url.removeprefix("http://").rsplit(":", 1)
         self.authority = f"{host}:{port}"
-        self.sock = socket.create_connection((host, int(port)), timeout=10)
+        self.sock = socket.create_connection(
+            (host, int(port)), timeout=10, source_address=(source, 0) if source else None
+        )
         config = h2.config.H2Configuration(client_side=True, header_encoding="utf-8")
         self.conn = h2.connection.H2Connection(config)
         self.conn.initiate_connection()
@@ -640,3 +642,35 @@ def test_a_connection_must_start_a_request_within_request_timeout(
     finally:
         for sock in (silent, half_h2.sock, half_h1, kept.sock):
             sock.close()
+
+
+def closed_at_once(client: RawH2) -> bool:
+    """The server closed this connection before sending anything."""
+    client.sock.settimeout(5)
+    try:
+        return client.sock.recv(65536) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_connections_in_all_are_capped(tmp_path: Path, server_factory: Any) -> None:
+    """max_connections holds whatever the addresses: with 3 in all and 2 per
+    client, a second address gets the third slot and a third address none."""
+    cfg = tmp_path / "ans.toml"
+    cfg.write_text("[server]\nmax_connections = 3\nmax_connections_per_client = 2\n")
+    srv = server_factory(tmp_path / "data", "--demo", "--config", str(cfg))
+    held = [RawH2(srv.url), RawH2(srv.url), RawH2(srv.url, source="127.0.0.2")]
+    try:
+        for client in held:
+            sid = client.start("DISCOVER", "/")
+            client.finish(sid)
+            assert_answered(client.wait(sid))
+        for source in ("127.0.0.1", "127.0.0.3"):  # over the per-client cap, over the total
+            refused = RawH2(srv.url, source=source)
+            try:
+                assert closed_at_once(refused), source
+            finally:
+                refused.close()
+    finally:
+        for client in held:
+            client.close()
