@@ -37,9 +37,11 @@ reconnects with a fresh tree.
 caps, so one address (or a few) could hold connections until the process
 ran out of file descriptors; asyncio's accept loop then failed on every
 connection, for every client of both listeners. With :func:`cap_connections`
-set on the hypercorn config, a connection over either cap is closed as soon
-as it is accepted. Clients are counted by :func:`client_key`: an IPv6 client
-by its /64, as for the rate limit.
+set on the hypercorn config, a connection over the per-client cap is closed
+as soon as it is accepted; at the cap in all, the connection idle the
+longest is closed to make room (as nginx reuses keep-alive connections),
+and only when none is idle is the new one refused. Clients are counted by
+:func:`client_key`: an IPv6 client by its /64, as for the rate limit.
 
 **Answers to a closed connection** (HTTP/2). When a connection closes,
 hypercorn's sender stops, but a request still running goes on writing its
@@ -211,16 +213,24 @@ def _close_when_the_client_has_gone() -> None:
         if getattr(self, _GONE, False):
             await asyncio.shield(self._initiate_server_close())
             return
-        first = getattr(self.config, _FIRST_REQUEST, 0)
-        if first and not _has_started_a_request(self):
-            # Cancelled (idle_task.stop) as soon as a request starts.
-            try:
-                await asyncio.wait_for(self.context.terminated.wait(), first)
-            except TimeoutError:
-                log.info("connection closed: no request within the deadline", seconds=first)
-            await asyncio.shield(self._initiate_server_close())
-            return
-        await idle_timeout(self)
+        live: dict[Any, float | None] | None = self.context.__dict__.get(_LIVE)
+        if live is not None and self in live:
+            live[self] = asyncio.get_running_loop().time()  # idle from now: may be evicted
+        try:
+            first = getattr(self.config, _FIRST_REQUEST, 0)
+            if first and not _has_started_a_request(self):
+                # Cancelled (idle_task.stop) as soon as a request starts.
+                try:
+                    await asyncio.wait_for(self.context.terminated.wait(), first)
+                except TimeoutError:
+                    log.info("connection closed: no request within the deadline", seconds=first)
+                await asyncio.shield(self._initiate_server_close())
+                return
+            await idle_timeout(self)
+        except asyncio.CancelledError:
+            if live is not None and self in live:
+                live[self] = None  # a request started: busy
+            raise
 
     TCPServer._read_data = _mark(read_until_gone)  # type: ignore[method-assign]
     TCPServer._idle_timeout = _mark(close_or_keep_alive)  # type: ignore[method-assign]
@@ -329,7 +339,8 @@ async def _calm(proto: Any, reason: str) -> None:
 _CAP = "ans_max_connections_per_client"
 _TOTAL_CAP = "ans_max_connections"
 _COUNTS = "_ans_connections_per_client"
-_TOTAL = "_ans_connections"
+_LIVE = "_ans_connections"  # every open connection: when it became idle, or None
+_CLOSING: set[asyncio.Future[None]] = set()
 
 
 def cap_connections(hc: Any, per_client: int, total: int) -> None:
@@ -348,6 +359,21 @@ def client_key(host: str) -> str:
     return host if ip is None else address_key(ip)
 
 
+def _evict_the_longest_idle(live: dict[Any, float | None]) -> bool:
+    """Make room by closing the connection idle the longest (as nginx reuses
+    keep-alive connections when it runs out): idle connections are cheap to
+    hold and cheap to reopen, so a full server is never full of them."""
+    idle = [(since, id(server), server) for server, since in live.items() if since is not None]
+    if not idle:
+        return False
+    _, _, victim = min(idle)
+    del live[victim]  # no longer counted; it goes as the keep-alive timeout would take it
+    closing = asyncio.ensure_future(victim._initiate_server_close())
+    _CLOSING.add(closing)  # a task nobody holds may be collected before it runs
+    closing.add_done_callback(_CLOSING.discard)
+    return True
+
+
 def _count_connections_per_client() -> None:
     run = TCPServer.run
 
@@ -361,16 +387,18 @@ def _count_connections_per_client() -> None:
         client = client_key(str(peer[0])) if isinstance(peer, tuple) and peer else "?"
         state = self.context.__dict__
         counts: dict[str, int] = state.setdefault(_COUNTS, {})
-        total = state.get(_TOTAL, 0)
-        if (cap and counts.get(client, 0) >= cap) or (total_cap and total >= total_cap):
+        live: dict[Any, float | None] = state.setdefault(_LIVE, {})
+        if (cap and counts.get(client, 0) >= cap) or (
+            total_cap and len(live) >= total_cap and not _evict_the_longest_idle(live)
+        ):
             self.writer.close()  # refused: hypercorn never sees it
             return
         counts[client] = counts.get(client, 0) + 1
-        state[_TOTAL] = total + 1
+        live[self] = None
         try:
             await run(self)
         finally:
-            state[_TOTAL] -= 1
+            live.pop(self, None)
             left = counts[client] - 1
             if left:
                 counts[client] = left

@@ -654,23 +654,39 @@ def closed_at_once(client: RawH2) -> bool:
 
 
 def test_connections_in_all_are_capped(tmp_path: Path, server_factory: Any) -> None:
-    """max_connections holds whatever the addresses: with 3 in all and 2 per
-    client, a second address gets the third slot and a third address none."""
+    """max_connections holds whatever the addresses. At the cap, the
+    connection idle the longest makes room for a new one; when none is idle,
+    the new one is refused. The per-client cap refuses outright."""
     cfg = tmp_path / "ans.toml"
     cfg.write_text("[server]\nmax_connections = 3\nmax_connections_per_client = 2\n")
     srv = server_factory(tmp_path / "data", "--demo", "--config", str(cfg))
-    held = [RawH2(srv.url), RawH2(srv.url), RawH2(srv.url, source="127.0.0.2")]
+    held = [RawH2(srv.url), RawH2(srv.url, source="127.0.0.2"), RawH2(srv.url, source="127.0.0.3")]
+    extra: list[RawH2] = []
     try:
-        for client in held:
-            sid = client.start("DISCOVER", "/")
+        # All three busy: each has a request whose body is still to come.
+        pending = [client.start("DISCOVER", "/") for client in held]
+        time.sleep(0.3)
+        refused = RawH2(srv.url, source="127.0.0.4")
+        extra.append(refused)
+        assert closed_at_once(refused)  # no idle connection to take the place of
+        # The first one finishes its request and so is idle, the longest.
+        held[0].finish(pending[0])
+        assert_answered(held[0].wait(pending[0]))
+        time.sleep(0.2)
+        newcomer = RawH2(srv.url, source="127.0.0.4")
+        extra.append(newcomer)
+        sid = newcomer.start("DISCOVER", "/")
+        newcomer.finish(sid)
+        assert_answered(newcomer.wait(sid))
+        closed_after(held[0].sock, time.monotonic(), 5.0)  # it made room
+        for client, sid in zip(held[1:], pending[1:], strict=True):  # the busy ones go on
             client.finish(sid)
             assert_answered(client.wait(sid))
-        for source in ("127.0.0.1", "127.0.0.3"):  # over the per-client cap, over the total
-            refused = RawH2(srv.url, source=source)
-            try:
-                assert closed_at_once(refused), source
-            finally:
-                refused.close()
+        over = RawH2(srv.url, source="127.0.0.4")  # the newcomer's address is at 1 of 2
+        extra.append(over)
+        over2 = RawH2(srv.url, source="127.0.0.4")
+        extra.append(over2)
+        assert closed_at_once(over2)  # over the per-client cap of 2
     finally:
-        for client in held:
+        for client in held + extra:
             client.close()
