@@ -33,6 +33,10 @@ class AgtpError(Exception):
         self.message = message
         # Extra response headers (lowercase names), sent with the error body.
         self.headers = headers
+        # The request's Task-ID, once known (set by whoever knows it: the
+        # parser after the envelope, the server after parsing), so that an
+        # error answer echoes it as a success would.
+        self.task_id: str | None = None
         if code is not None:
             # Per-instance code for families of one failure kind (e.g. one code
             # per missing header or invalid parameter); always registered below.

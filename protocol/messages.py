@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -270,20 +271,16 @@ def task_id_hint(headers: Mapping[str, str]) -> str | None:
     return value if is_task_id(value) else None
 
 
-def request_task_id(
-    method: str, headers: Mapping[str, str], body: bytes, limits: Limits
-) -> str | None:
-    """The Task-ID an answer to this request echoes, whatever went wrong
-    (never raises): the ``Task-ID`` header when one is sent (None if it is
-    invalid), else the body's ``task_id`` when the envelope parses and carries
-    a valid one, else None. Reads the body again: call it on the error path."""
-    header = headers.get("task-id")
-    if header is not None and header.strip():
-        return task_id_hint(headers)
+@contextmanager
+def answering(task_id: str | None) -> Iterator[None]:
+    """An AgtpError raised inside carries ``task_id`` (unless it already
+    carries one), so that the error answer echoes the request's Task-ID."""
     try:
-        return parse_envelope(method, headers, body, limits).task_id
-    except AgtpError:
-        return None
+        yield
+    except AgtpError as exc:
+        if exc.task_id is None:
+            exc.task_id = task_id
+        raise
 
 
 # -- DISCOVER --------------------------------------------------------------------
@@ -421,12 +418,14 @@ def parse_discover(headers: Mapping[str, str], body: bytes, limits: Limits) -> D
     identity = parse_identity(headers)
     path, budget = parse_federation_headers(headers)
     env = parse_envelope("DISCOVER", headers, body, limits)
-    params = parse_discover_params(env.parameters, limits)
+    with answering(env.task_id):
+        params = parse_discover_params(env.parameters, limits)
+        digest = query_digest(env.parameters)
     return DiscoverRequest(
         identity=identity,
         task_id=env.task_id,
         params=params,
-        query_digest=query_digest(env.parameters),
+        query_digest=digest,
         raw_parameters=env.parameters,
         federation_path=path,
         federation_budget_ms=budget,
@@ -444,7 +443,10 @@ def parse_describe(headers: Mapping[str, str], body: bytes, limits: Limits) -> D
     env = parse_envelope("DESCRIBE", headers, body, limits)
     cid = env.parameters.get("canonical_id")
     if cid is not None and (not isinstance(cid, str) or _CANONICAL_ID_RE.fullmatch(cid) is None):
-        raise InvalidParameter("canonical_id", "must be an identifier of at most 256 characters")
+        with answering(env.task_id):
+            raise InvalidParameter(
+                "canonical_id", "must be an identifier of at most 256 characters"
+            )
     return DescribeRequest(identity=identity, task_id=env.task_id, canonical_id=cid)
 
 
@@ -453,11 +455,14 @@ def parse_activate(headers: Mapping[str, str], body: bytes, limits: Limits) -> A
     identity = parse_identity(headers)
     env = parse_envelope("ACTIVATE", headers, body, limits)
     manifest = env.parameters.get("manifest")
-    if not isinstance(manifest, dict):
-        raise InvalidParameter("manifest", "a complete signed Agent Manifest Document is required")
     caps = env.parameters.get("capabilities", {})
-    if not isinstance(caps, dict):
-        raise InvalidParameter("capabilities", "must be a DESCRIBE Capability Document object")
+    with answering(env.task_id):
+        if not isinstance(manifest, dict):
+            raise InvalidParameter(
+                "manifest", "a complete signed Agent Manifest Document is required"
+            )
+        if not isinstance(caps, dict):
+            raise InvalidParameter("capabilities", "must be a DESCRIBE Capability Document object")
     return ActivateRequest(
         identity=identity, task_id=env.task_id, manifest=manifest, capabilities=caps
     )
@@ -469,7 +474,8 @@ def parse_lifecycle(headers: Mapping[str, str], body: bytes, limits: Limits) -> 
     env = parse_envelope("LIFECYCLE", headers, body, limits)
     event = env.parameters.get("event")
     if not isinstance(event, dict):
-        raise InvalidParameter("event", "a signed lifecycle event document is required")
+        with answering(env.task_id):
+            raise InvalidParameter("event", "a signed lifecycle event document is required")
     return LifecycleRequest(identity=identity, task_id=env.task_id, event=event)
 
 

@@ -30,9 +30,10 @@ from ans.protocol.messages import (
     MAX_TASK_ID_LEN,
     Limits,
     is_task_id,
+    parse_activate,
     parse_describe,
     parse_discover,
-    request_task_id,
+    parse_lifecycle,
     task_id_hint,
 )
 
@@ -345,25 +346,38 @@ def test_task_id_header_rule_is_the_same(value: str) -> None:
         assert task_id_hint(headers) is None
 
 
-def test_request_task_id_for_error_answers() -> None:
-    limits = Limits()
+def parse_error(parser: Any, headers: dict[str, str], payload: bytes) -> AgtpError:
+    try:
+        parser(headers, payload, Limits())
+    except AgtpError as exc:
+        return exc
+    raise AssertionError("no error")
+
+
+def test_a_refusal_after_the_envelope_carries_its_task_id() -> None:
+    """An error raised once the envelope has parsed carries the request's
+    Task-ID (the header's, else the body's), for the error answer to echo;
+    one raised before it, or about the task id itself, carries none."""
     bad_limit = body({"limit": 0}, task_id="t-body")
-    # The envelope parsed: its task_id is echoed even though the parameters are refused.
-    expect(InvalidParameter, 422, "invalid_limit", parse_discover, HEADERS, bad_limit, limits)
-    assert request_task_id("DISCOVER", HEADERS, bad_limit, limits) == "t-body"
-    # The Task-ID header wins when sent (and a refused one is not echoed).
-    assert request_task_id("DISCOVER", {"task-id": " t-h "}, bad_limit, limits) == "t-h"
-    assert request_task_id("DISCOVER", {"task-id": "a\x00b"}, bad_limit, limits) is None
-    assert request_task_id("DISCOVER", {"task-id": " "}, bad_limit, limits) == "t-body"
-    # An envelope that did not parse, or an invalid body task_id: nothing to echo.
-    for value in BAD_TASK_IDS:
-        assert request_task_id("DISCOVER", {}, body({}, task_id=value), limits) is None
-    assert request_task_id("DISCOVER", {}, b'{"task_id": "t", "task_id": "u"}', limits) is None
-    assert request_task_id("DISCOVER", {}, b"[1]", limits) is None
-    assert request_task_id("DISCOVER", {}, b"", limits) is None
-    # A body naming another method is refused (method_mismatch): nothing echoed.
-    assert request_task_id("DESCRIBE", {}, body({}, task_id="t-2"), limits) is None
-    assert request_task_id("DESCRIBE", {}, b'{"task_id": "t-3"}', limits) == "t-3"
+    exc = parse_error(parse_discover, HEADERS, bad_limit)
+    assert (exc.code, exc.task_id) == ("invalid_limit", "t-body")
+    exc = parse_error(parse_discover, {**HEADERS, "task-id": " t-h "}, body({"limit": 0}))
+    assert (exc.code, exc.task_id) == ("invalid_limit", "t-h")
+    describe = body({"canonical_id": "a b"}, method="DESCRIBE", task_id="t-d")
+    exc = parse_error(parse_describe, HEADERS, describe)
+    assert (exc.code, exc.task_id) == ("invalid_canonical_id", "t-d")
+    exc = parse_error(
+        parse_activate, HEADERS, body({"manifest": 1}, method="ACTIVATE", task_id="t-a")
+    )
+    assert (exc.code, exc.task_id) == ("invalid_manifest", "t-a")
+    exc = parse_error(parse_lifecycle, HEADERS, body({}, method="LIFECYCLE", task_id="t-l"))
+    assert (exc.code, exc.task_id) == ("invalid_event", "t-l")
+    for value in BAD_TASK_IDS:  # the task id itself refused: nothing to echo
+        assert parse_error(parse_discover, HEADERS, body({}, task_id=value)).task_id is None
+    assert parse_error(parse_discover, HEADERS, b"[1]").task_id is None
+    assert parse_error(parse_discover, HEADERS, b'{"task_id": "t", "task_id": "u"}').task_id is None
+    exc = parse_error(parse_describe, HEADERS, body({}, task_id="t-2"))  # method_mismatch
+    assert exc.task_id is None
 
 
 @pytest.mark.parametrize("data", [b"[]", b'[{"method": "DISCOVER"}]', b'"DISCOVER"', b"null"])
