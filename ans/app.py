@@ -163,8 +163,12 @@ class AnsApp:
     async def _agtp(
         self, method: str, headers: dict[str, str], body: bytes, creds: Credentials
     ) -> tuple[int, dict[str, Any]]:
-        """parse (400/422) -> authenticate (401) -> rate limit (429) -> the
-        method, whose scope (451) and zone (453) checks see the effective identity."""
+        """rate limit per client address (429) -> parse (400/422) ->
+        authenticate (401) -> rate limit per Agent-ID (429) -> the method,
+        whose scope (451) and zone (453) checks see the effective identity.
+        The client address pays for every request before its body is parsed,
+        so malformed or costly bodies cannot be sent faster than its limit."""
+        self.gate.limit_address(method, creds, headers)
         parse = PARSERS.get(method)
         if parse is None:
             raise UnsupportedMethod(

@@ -1,14 +1,18 @@
-"""The requester gate: the one place in the request path where an
-identity-bearing AGTP request is rate limited per client address (429),
-authenticated (401) and rate limited per Agent-ID (429), in that order, after
-parsing and before the service's scope (451) and zone (453) checks. The
-per-address limit comes first so that a flood of bad credentials (or, in
-auth mode ``open``, of rotated Agent-IDs) from one address is bounded too.
+"""The requester gate: where the request path rate limits per client address
+(429), authenticates (401) and rate limits per Agent-ID (429).
+
+:meth:`RequestGate.limit_address` charges the client address one token for
+every AGTP request, whatever its method (DESCRIBE of this ANS included) and
+before its body is parsed, so a flood of bad credentials, of rotated
+Agent-IDs (auth mode ``open``), or of bodies that are malformed or costly to
+parse is bounded by the same bucket. :meth:`RequestGate.admit` then
+authenticates an identity-bearing request and rate limits it per Agent-ID,
+after parsing and before the service's scope (451) and zone (453) checks.
 
 A request is identity-bearing when it carries an ``identity`` (DISCOVER,
 ACTIVATE, DESCRIBE of an indexed agent, and any later method whose typed
-request has one); DESCRIBE of this ANS itself is the bootstrap and is never
-gated. On success the request comes back with its *effective* identity (in
+request has one); DESCRIBE of this ANS itself is the bootstrap and needs no
+credentials. On success the request comes back with its *effective* identity (in
 token mode: scope = header scope ∩ token scope, plus the verified token for
 federation), so every later check uses it. In mtls mode, a DISCOVER on a
 federation path may come from a trusted forwarding ANS (``[auth] forwarders``)
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -42,6 +46,8 @@ from .service import Clock
 
 log = structlog.get_logger("ans.gate")
 ZONE_HEADER = "agtp-zone-id"
+# Identity headers of a request refused before parsing are audited up to this length.
+AUDITED_HEADER_CHARS = 256
 R = TypeVar("R")
 
 
@@ -113,14 +119,45 @@ class RequestGate:
         identity = getattr(req, "identity", None)
         return identity if isinstance(identity, Identity) else None
 
+    def limit_address(self, method: str, creds: Credentials, headers: Mapping[str, str]) -> None:
+        """Charge the client address one token for this AGTP request (429 when
+        its bucket is empty), before the body is parsed: the audit record of
+        a refusal names the Agent-ID, Principal-ID and Task-ID headers as
+        sent (at most 256 characters each), or null. Not limited: no IP
+        address (a unix socket, unknown), an exempt one, the limit off."""
+        if not self.address_limiter.settings.enabled:
+            return
+        ip = client_ip(creds.client_address)
+        if ip is None or any(ip in net for net in self.exempt_addresses):
+            return
+        key = address_key(ip)
+        method = method[:32]
+        decision = self.address_limiter.check(key, method)
+        if decision.notes:
+            about = {
+                field: _bounded(headers.get(header))
+                for field, header in (
+                    ("agent_id", "agent-id"),
+                    ("principal_id", "principal-id"),
+                    ("task_id", "task-id"),
+                )
+            }
+            for note in decision.notes:
+                self._write(note, method, about, "client_address", client_address=key)
+        if not decision.allowed:
+            raise RateLimited(
+                f"too many requests from this client address; retry after {decision.retry_after}s",
+                headers=(("retry-after", str(decision.retry_after)),),
+            )
+
     def admit(self, method: str, req: R, creds: Credentials) -> R:
-        """Rate limit per client address, authenticate, then rate limit per
-        Agent-ID; return the request with its effective identity."""
+        """Authenticate, then rate limit per Agent-ID; return the request with
+        its effective identity. The client address was charged before parsing
+        (:meth:`limit_address`)."""
         identity = self.identity_of(req)
         if identity is None:
             return req
         task_id = getattr(req, "task_id", None)
-        self._limit_address(method, identity, task_id, creds.client_address)
         # A DISCOVER on a federation path may come from a trusted forwarding ANS.
         forwarded = isinstance(req, DiscoverRequest) and bool(req.federation_path)
         auth = self._authenticate(method, identity, creds, task_id, forwarded)
@@ -190,28 +227,15 @@ class RequestGate:
             task_id=task_id,
         )
 
-    def _limit_address(
-        self, method: str, identity: Identity, task_id: str | None, address: str | None
-    ) -> None:
-        if not self.address_limiter.settings.enabled:
-            return
-        ip = client_ip(address)
-        if ip is None or any(ip in net for net in self.exempt_addresses):
-            return  # not an IP address (unix socket, unknown), or exempt
-        key = address_key(ip)
-        decision = self.address_limiter.check(key, method)
-        for note in decision.notes:
-            self._write(note, method, identity, task_id, "client_address", client_address=key)
-        if not decision.allowed:
-            raise RateLimited(
-                f"too many requests from this client address; retry after {decision.retry_after}s",
-                headers=(("retry-after", str(decision.retry_after)),),
-            )
-
     def _rate_limit(self, method: str, identity: Identity, task_id: str | None) -> None:
         decision = self.limiter.check(identity.agent_id, method)
+        about = {
+            "agent_id": identity.agent_id,
+            "principal_id": identity.principal_id,
+            "task_id": task_id,
+        }
         for note in decision.notes:
-            self._write(note, method, identity, task_id, "agent_id")
+            self._write(note, method, about, "agent_id")
         if not decision.allowed:
             raise RateLimited(
                 f"too many requests from this Agent-ID; retry after {decision.retry_after}s",
@@ -222,12 +246,12 @@ class RequestGate:
         self,
         note: AuditNote,
         method: str,
-        identity: Identity,
-        task_id: str | None,
+        about: dict[str, str | None],
         limit: str,
-        **about: Any,
+        **key: Any,
     ) -> None:
-        """One limiter note as an audit record; ``limit`` ("agent_id" or
+        """One limiter note as an audit record; ``about`` is the requester
+        (agent_id, principal_id, task_id), ``limit`` ("agent_id" or
         "client_address") says which limit refused."""
         fields: dict[str, Any] = {"auth_mode": self.mode}
         if note.event == "rate_limited":
@@ -236,17 +260,10 @@ class RequestGate:
             # A summary of earlier refusals: not about the request at hand.
             fields.update(note.fields)
         else:
-            fields.update(
-                method=method,
-                agent_id=identity.agent_id,
-                principal_id=identity.principal_id,
-                task_id=task_id,
-                **about,
-                **note.fields,
-            )
+            fields.update(method=method, **about, **key, **note.fields)
         self.audit.record(note.event, **fields)
         if note.event == "enumeration_suspected":
-            log.warning("enumeration suspected", agent_id=identity.agent_id)
+            log.warning("enumeration suspected", agent_id=about["agent_id"])
 
     def flush(self) -> None:
         """Write pending suppressed-refusal counts of both limits (at shutdown)."""
@@ -263,3 +280,11 @@ class RequestGate:
                     limit=limit,
                     **note.fields,
                 )
+
+
+def _bounded(value: str | None) -> str | None:
+    """A header value as audited before parsing: stripped, at most
+    AUDITED_HEADER_CHARS characters, None when absent or blank."""
+    if value is None:
+        return None
+    return value.strip()[:AUDITED_HEADER_CHARS] or None

@@ -6,7 +6,9 @@
   Agent-ID, or (a second :class:`RateLimiter`, settings from
   :meth:`RateLimitSettings.per_address`) the client address from
   :func:`address_key`: in auth mode ``open`` the Agent-ID is self-asserted,
-  so a caller rotating Agent-IDs is bounded only by its address.
+  so a caller rotating Agent-IDs is bounded only by its address. The server
+  charges the address once per AGTP request, whatever its method, before the
+  body is parsed, so malformed or costly bodies are bounded by it too.
 * Audit without flooding the audit log: the first refusal for an Agent-ID
   writes a ``rate_limited`` note and opens an ``audit_window``; refusals
   inside the window are only counted. The count is written as ``suppressed``
@@ -57,7 +59,7 @@ class RateLimitSettings:
     audit_window: float = 60.0  # seconds: at most one rate_limited record per Agent-ID
     enumeration_threshold: int = 300  # DISCOVERs ... (0 disables the signal)
     enumeration_window: float = 10.0  # ... within this many seconds
-    # Per client address (before authentication); 0 disables this limit only.
+    # Per client address (every AGTP request, before parsing); 0 disables this limit only.
     per_address_rate: float = 200.0  # tokens per second
     per_address_burst: int = 400
     exempt_addresses: tuple[IPNetwork, ...] = ()  # parsed by parse_networks

@@ -1,6 +1,7 @@
-"""The request path through the ASGI app in-process (no sockets): parse ->
-rate limit per client address (429) -> authenticate (401) -> rate limit per
-Agent-ID (429) -> scope (451) -> zone (453), the
+"""The request path through the ASGI app in-process (no sockets): rate limit
+per client address (429, every AGTP request, before parsing) -> parse ->
+authenticate (401) -> rate limit per Agent-ID (429) -> scope (451) -> zone
+(453), the
 effective scope after token authentication, the response headers
 (WWW-Authenticate, Retry-After) and the audit records; mTLS identity from the
 ASGI TLS extension; the federator forwarding the caller's token."""
@@ -24,12 +25,13 @@ from ans.governance.audit import AuditLog
 from ans.governance.keys import SigningKey, TrustedKeys, b64url
 from ans.governance.policy import ZonePolicy
 from ans.governance.ratelimit import RateLimitSettings, parse_networks
-from ans.protocol.messages import ActivateRequest, Identity, Limits, parse_discover
+from ans.protocol.errors import RateLimited
+from ans.protocol.messages import PARSERS, ActivateRequest, Identity, Limits, parse_discover
 from ans.protocol.scope import parse_authority_scope
 
 from ans.app import AnsApp
 from ans.config import Config
-from ans.gate import RequestGate
+from ans.gate import Credentials, RequestGate
 from ans.matcher import CapabilityIndex
 from ans.service import AnsService
 from ans.store import SQLiteStore
@@ -124,12 +126,14 @@ def call(
     tls_chain: list[str] | None = None,
     raw_extra: list[tuple[str, str]] | None = None,  # sent as well, repeats included
     client: str | None = None,  # the ASGI scope's client host
+    body: bytes | None = None,  # instead of the envelope of ``params``
 ) -> tuple[int, dict[str, str], dict[str, Any]]:
     hdrs = {"agent-id": AGENT, "principal-id": "usr-1", "authority-scope": scope}
     if token is not None:
         hdrs["authorization"] = f"Bearer {token}"
     hdrs.update(headers or {})
-    body = orjson.dumps({"method": method, "task_id": "t1", "parameters": params or {}})
+    if body is None:
+        body = orjson.dumps({"method": method, "task_id": "t1", "parameters": params or {}})
     asgi_scope: dict[str, Any] = {
         "type": "http",
         "method": method,
@@ -287,8 +291,10 @@ def address_records(svc: AnsService) -> list[dict[str, Any]]:
 def test_rotating_agent_ids_meet_the_client_address_limit(make_app: Any) -> None:
     app, svc, ticker = make_app(per_address_rate=0.5, per_address_burst=3)
     ids = rotating(12)
+    # one token per request: the address was charged once, not again at admission
     assert [call(app, headers=h, client="203.0.113.5")[0] for h in ids[:3]] == [200] * 3
-    status, headers, body = call(app, headers=ids[3], client="203.0.113.5")
+    refused = {**ids[3], "task-id": "t-refused"}
+    status, headers, body = call(app, headers=refused, client="203.0.113.5")
     assert status == 429 and body["error"]["code"] == "rate_limited"
     assert headers["retry-after"] == "2"  # one token at 0.5/s
     assert "client address" in body["error"]["message"]
@@ -311,7 +317,8 @@ def test_rotating_agent_ids_meet_the_client_address_limit(make_app: Any) -> None
         0,
         "usr-1",
     )
-    assert rec["task_id"] == "t1" and rec["summary"] is False
+    # refused before the body was parsed: the Task-ID is the header's
+    assert rec["task_id"] == "t-refused" and rec["summary"] is False
     assert not any(r["event"] == "scope_violation" for r in audit_events(svc))
     ticker.t += 2.0  # refilled: served again
     assert call(app, headers=ids[1], client="203.0.113.5")[0] == 200
@@ -353,6 +360,8 @@ def test_exempt_addresses_are_never_limited_per_address(make_app: Any) -> None:
     assert all(call(app, headers=h, client="10.1.2.3")[0] == 200 for h in ids)
     assert all(call(app, headers=h, client="2001:db8:5::1")[0] == 200 for h in ids)
     assert all(call(app, headers=h, client="::ffff:10.9.9.9")[0] == 200 for h in ids)
+    assert all(call(app, "DESCRIBE", client="10.1.2.3")[0] == 200 for _ in range(5))
+    assert all(call(app, body=b"{", client="10.1.2.3")[0] == 400 for _ in range(5))
     assert [call(app, headers=h, client="11.0.0.1")[0] for h in ids[:2]] == [200, 429]
     assert [r["client_address"] for r in address_records(svc)] == ["11.0.0.1"]
 
@@ -383,17 +392,116 @@ def test_a_flood_of_bad_tokens_is_refused_per_address_before_authentication(
     assert len(audit_events(svc)) == len(events) + 1
 
 
-def test_describe_of_the_ans_itself_is_not_limited_per_address(make_app: Any) -> None:
-    app, _, _ = make_app(per_address_rate=0.01, per_address_burst=1)
+def test_describe_of_the_ans_itself_is_counted_per_address(make_app: Any) -> None:
+    """The bootstrap DESCRIBE needs no credentials, but it is a request like any other."""
+    app, _, _ = make_app(per_address_rate=0.01, per_address_burst=2)
+    assert call(app, "DESCRIBE", client="192.0.2.1")[0] == 200
     assert call(app, client="192.0.2.1")[0] == 200
+    assert call(app, "DESCRIBE", client="192.0.2.1")[0] == 429
     assert call(app, client="192.0.2.1")[0] == 429
-    assert all(call(app, "DESCRIBE", client="192.0.2.1")[0] == 200 for _ in range(5))
+    assert call(app, "DESCRIBE", client="192.0.2.2")[0] == 200
+
+
+DEEP_LISTS = (  # ~256 KB of lists nested 31 deep: costly to parse, then a 422 (limit 0)
+    b'{"method":"DISCOVER","task_id":"t","parameters":{"intent":"x","limit":0},"pad":['
+    + (b"[" * 30 + b"0" + b"]" * 30 + b",") * 4200
+    + b"1]}"
+)
+
+
+@pytest.fixture
+def parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every call of an AGTP request parser, by method."""
+    calls: list[str] = []
+    for method, parser in list(PARSERS.items()):
+
+        def counted(*args: Any, _m: str = method, _p: Any = parser) -> Any:
+            calls.append(_m)
+            return _p(*args)
+
+        monkeypatch.setitem(PARSERS, method, counted)
+    return calls
+
+
+@pytest.mark.parametrize(
+    "body, status",
+    [(b"{", 400), (DEEP_LISTS, 422)],
+    ids=["unclosed", "deep-lists-limit-0"],
+)
+def test_a_flood_of_unparseable_bodies_is_refused_per_address_without_being_parsed(
+    make_app: Any, parses: list[str], body: bytes, status: int
+) -> None:
+    app, svc, _ = make_app(per_address_rate=0.01, per_address_burst=3)
+    assert [call(app, body=body, client="198.51.100.7")[0] for _ in range(3)] == [status] * 3
+    assert parses == ["DISCOVER"] * 3
+    for _ in range(20):
+        got, headers, answer = call(app, body=body, client="198.51.100.7")
+        assert got == 429 and answer["error"]["code"] == "rate_limited"
+        assert int(headers["retry-after"]) >= 1
+    assert parses == ["DISCOVER"] * 3  # the 20 refused bodies were never parsed
+    (rec,) = address_records(svc)
+    assert (rec["client_address"], rec["method"], rec["agent_id"], rec["principal_id"]) == (
+        "198.51.100.7",
+        "DISCOVER",
+        AGENT,
+        "usr-1",
+    )
+    assert rec["task_id"] is None  # no Task-ID header; the body's was never read
+    app.gate.flush()
+    summary = address_records(svc)[-1]
+    assert (summary["summary"], summary["suppressed"]) == (True, 19)
+    # another address is not held up by this one
+    assert call(app, body=body, client="198.51.100.8")[0] == status
+
+
+def test_unsupported_methods_are_counted_per_address(make_app: Any, parses: list[str]) -> None:
+    app, svc, _ = make_app(per_address_rate=0.01, per_address_burst=2)
+    long_method = "X" * 200
+    assert [call(app, long_method, client="192.0.2.9")[0] for _ in range(4)] == [
+        400,
+        400,
+        429,
+        429,
+    ]
+    assert parses == []
+    (rec,) = address_records(svc)
+    assert rec["method"] == "X" * 32  # bounded, like the 400's message
+
+
+def test_a_refusal_before_parsing_audits_the_identity_headers_bounded(tmp_path: Path) -> None:
+    cfg = Config(
+        data_dir=tmp_path,
+        agent_id=ANS_ID,
+        rate_limit=RateLimitSettings(per_address_rate=0.01, per_address_burst=1),
+    )
+    audit = AuditLog(tmp_path / "audit.jsonl", lambda: NOW)
+    gate = RequestGate(cfg, audit, "ans-canonical-id", monotonic=Ticker())
+    creds = Credentials(client_address="192.0.2.3")
+    gate.limit_address("DESCRIBE", creds, {})
+    with pytest.raises(RateLimited):
+        gate.limit_address("DESCRIBE", creds, {})  # no identity headers at all
+    long = {"agent-id": " " + "a" * 1000, "principal-id": "p" * 300, "task-id": "  "}
+    gate.limit_address("DISCOVER", Credentials(client_address="192.0.2.4"), {})
+    with pytest.raises(RateLimited):
+        gate.limit_address("DISCOVER", Credentials(client_address="192.0.2.4"), long)
+    audit.close()
+    recs = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert [(r["agent_id"], r["principal_id"], r["task_id"]) for r in recs] == [
+        (None, None, None),
+        ("a" * 256, "p" * 256, None),
+    ]
+    assert [(r["limit"], r["client_address"], r["method"]) for r in recs] == [
+        ("client_address", "192.0.2.3", "DESCRIBE"),
+        ("client_address", "192.0.2.4", "DISCOVER"),
+    ]
 
 
 @pytest.mark.parametrize("off", [{"enabled": False}, {"per_address_rate": 0.0}])
 def test_the_client_address_limit_can_be_turned_off(make_app: Any, off: dict[str, Any]) -> None:
     app, svc, _ = make_app(per_address_burst=1, **off)
     assert all(call(app, headers=h, client="192.0.2.1")[0] == 200 for h in rotating(30))
+    assert all(call(app, "DESCRIBE", client="192.0.2.1")[0] == 200 for _ in range(5))
+    assert all(call(app, body=b"{", client="192.0.2.1")[0] == 400 for _ in range(5))
     assert not any(r["event"] == "rate_limited" for r in audit_events(svc))
 
 

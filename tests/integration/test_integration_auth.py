@@ -2,9 +2,10 @@
 loopback: token mode (valid / missing / expired token, audited), mTLS with
 certificates generated here (CA, server cert for 127.0.0.1, client certs with
 a SAN URI), a burst that meets 429 + Retry-After, leaves an
-``enumeration_suspected`` record and is served again after the refill, and
+``enumeration_suspected`` record and is served again after the refill,
 rotating Agent-IDs that meet the per-client-address limit (HTTP/2 and native)
-unless the address is exempt."""
+unless the address is exempt, and a flood of costly unparseable bodies that
+meets it too, refused before the bodies are parsed."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from ans.cli import main as cli_main
-from ans.launcher import stop_server
+from ans.launcher import cpu_ms, stop_server
 
 pytestmark = pytest.mark.integration
 
@@ -425,4 +426,69 @@ def test_exempt_addresses_skip_the_client_address_limit(
     assert [r.status_code for r in rotating_discovers(srv.url, 10)] == [200] * 10
     native = [_native_discover(srv.native_url, f"agtp://n.example/agents/{i}")[0] for i in range(8)]
     assert native == [200] * 8
+    with httpx.Client(base_url=srv.url, http1=False, http2=True, timeout=30) as c:
+        for _ in range(6):
+            assert (
+                c.request("DESCRIBE", "/", headers={"agtp-version": "AGTP/1.0"}).status_code == 200
+            )
+            assert c.request("DISCOVER", "/", headers=IDENTITY, content=b"{").status_code == 400
     assert not any(r["event"] == "rate_limited" for r in audit(data))
+
+
+# ~256 KB of lists nested 31 deep: the costliest body to parse; then a 422 (limit 0)
+DEEP_LISTS = (
+    b'{"method":"DISCOVER","task_id":"t","parameters":{"intent":"x","limit":0},"pad":['
+    + (b"[" * 30 + b"0" + b"]" * 30 + b",") * 4200
+    + b"1]}"
+)
+
+
+def test_a_flood_of_costly_bodies_meets_the_client_address_limit_before_parsing(
+    tmp_path: Path, server_factory: Any
+) -> None:
+    """The per-address bucket is charged before the body is parsed: after the
+    burst, a flood of bodies that are costly to parse (and then refused) from
+    one address gets 429 at the cost of receiving them; DESCRIBE of the ANS
+    itself and a malformed body are counted in the same bucket."""
+    cfg = tmp_path / "ans.toml"
+    cfg.write_text("[rate_limit]\nper_address_rate = 0.01\nper_address_burst = 12\n")
+    data = tmp_path / "data"
+    srv = server_factory(data, "--config", str(cfg), "--native-listen", "127.0.0.1:0")
+    assert srv.native_url is not None
+    cpu: dict[str, float] = {}  # server CPU ms per request
+    with httpx.Client(base_url=srv.url, http1=False, http2=True, timeout=30) as c:
+        assert c.request("DESCRIBE", "/", headers={"agtp-version": "AGTP/1.0"}).status_code == 200
+        assert c.request("DISCOVER", "/", headers=IDENTITY, content=b"{").status_code == 400
+
+        def flood(n: int, phase: str) -> list[int]:
+            before = cpu_ms(srv.proc.pid)
+            statuses = [
+                c.request("DISCOVER", "/", headers=IDENTITY, content=DEEP_LISTS).status_code
+                for _ in range(n)
+            ]
+            after = cpu_ms(srv.proc.pid)
+            if before is not None and after is not None:
+                cpu[phase] = (after - before) / n
+            return statuses
+
+        assert flood(10, "parsed") == [422] * 10
+        refused = flood(30, "refused")
+        assert refused == [429] * 30
+        describe = c.request("DESCRIBE", "/", headers={"agtp-version": "AGTP/1.0"})
+        assert describe.status_code == 429 and int(describe.headers["retry-after"]) >= 1
+    native_status, _ = _native_discover(srv.native_url, "agtp://o.example/agents/native")
+    assert native_status == 429
+    if cpu:  # loosely: a refused body is received, never parsed (~3 ms against ~20 ms)
+        assert cpu["refused"] < cpu["parsed"] / 3, cpu
+    limited = [r for r in audit(data) if r["event"] == "rate_limited"]
+    assert len(limited) == 1
+    assert (limited[0]["limit"], limited[0]["client_address"], limited[0]["agent_id"]) == (
+        "client_address",
+        "127.0.0.1",
+        AGENT,
+    )
+    assert limited[0]["task_id"] is None  # the body's task_id was never read
+    stop_server(srv)
+    summary = [r for r in audit(data) if r["event"] == "rate_limited"][1:]
+    assert [(r["summary"], r["suppressed"]) for r in summary] == [(True, 31)]
+    assert cli_main(["audit", "verify", "--data-dir", str(data)]) == 0
