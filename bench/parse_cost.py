@@ -1,6 +1,8 @@
 """What one AGTP body costs ``ans.protocol.jsonstrict.loads``, per adversarial shape.
 
     .venv/bin/python bench/parse_cost.py [--repeat 15] [--heap 80000] [--out FILE]
+    git show REV:protocol/jsonstrict.py > /tmp/old.py
+    .venv/bin/python bench/parse_cost.py --module /tmp/old.py --out FILE  # an older version
 
 Every shape is about 256 KB (the default body limit), built the way a hostile
 client would: whitespace everywhere, many tiny containers, nesting at the
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import importlib.util
 import json
 import platform
 import re
@@ -87,6 +90,17 @@ def shapes() -> dict[str, bytes]:
     }
 
 
+def load_module(path: Path) -> None:
+    """Use the jsonstrict implementation in ``path`` (as ans.protocol.jsonstrict)."""
+    global jsonstrict
+    spec = importlib.util.spec_from_file_location("ans.protocol.jsonstrict", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    jsonstrict = module
+
+
 def median_ms(fn: Callable[[], Any], repeat: int) -> float:
     times = []
     for _ in range(repeat):
@@ -128,7 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--heap", type=int, default=80_000)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "parse_cost.json")
+    ap.add_argument("--module", type=Path, help="time this jsonstrict.py instead (e.g. an old one)")
     args = ap.parse_args(argv)
+    if args.module is not None:
+        load_module(args.module)
     heap = [[i] for i in range(args.heap)]  # kept alive until the end
     gc.collect()
     print(f"{len(gc.get_objects())} objects tracked by the garbage collector")
@@ -160,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "bench": "parse_cost",
         "command": "python bench/parse_cost.py " + " ".join(argv or sys.argv[1:]),
+        "module": str(args.module or "ans.protocol.jsonstrict"),
         "machine": {"python": platform.python_version(), "orjson": orjson.__version__},
         "repeat": args.repeat,
         "heap_objects": args.heap,
