@@ -41,6 +41,7 @@ from ans.protocol.messages import (
     DescribeRequest,
     DiscoverRequest,
     LifecycleRequest,
+    answering,
     encode_error,
     task_id_hint,
 )
@@ -140,7 +141,10 @@ class AnsApp:
             status, payload = await self._agtp(method, headers, body, creds)
             return Answer(status, task_id_of(payload, task_id), orjson.dumps(payload))
         except Exception as exc:
-            return self.failure(exc, task_id, method, None)
+            # Once the envelope has parsed, the error carries the request's
+            # Task-ID (the body's, when no header sent one): echo it.
+            known = exc.task_id if isinstance(exc, AgtpError) else None
+            return self.failure(exc, known or task_id, method, None)
 
     @staticmethod
     def failure(exc: Exception, task_id: str | None, method: Any, path: Any) -> Answer:
@@ -176,8 +180,9 @@ class AnsApp:
                 f"supported: {', '.join(SUPPORTED_METHODS)}"
             )
         req: AgtpRequest = parse(headers, body, self.service.limits)
-        req = self.gate.admit(method, req, creds)
-        return await self._dispatch(req)
+        with answering(req.task_id):
+            req = self.gate.admit(method, req, creds)
+            return await self._dispatch(req)
 
     async def _dispatch(self, req: AgtpRequest) -> tuple[int, dict[str, Any]]:
         svc = self.service

@@ -378,10 +378,6 @@ def test_a_repeated_identity_header_is_refused_on_both_listeners(
     assert resp.json()["error"] == native_err
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs ans/app.py AnsApp.answer to echo request_task_id(...) on failure",
-)
 def test_an_error_answer_echoes_the_body_task_id(demo: RunningServer) -> None:
     """A 422 (the envelope parsed, a parameter did not) echoes the body's
     task_id as a 200 would, in the body and the task-id header."""
@@ -398,6 +394,13 @@ def test_an_error_answer_echoes_the_body_task_id(demo: RunningServer) -> None:
     ]:
         assert status == 422 and doc["error"]["code"] == "invalid_limit"
         assert doc["task_id"] == "t-body-422" and headers["task-id"] == "t-body-422"
+    # refused after parsing (451): the same
+    body = orjson.dumps({"method": "DISCOVER", "task_id": "t-body-451", "parameters": {}})
+    unscoped = {**H2_IDENTITY, "authority-scope": "documents:read"}
+    with httpx.Client(base_url=demo.url, http1=False, http2=True, timeout=20) as h2:
+        resp = h2.request("DISCOVER", "/", content=body, headers=unscoped)
+    assert resp.status_code == 451 and resp.json()["error"]["code"] == "scope_violation"
+    assert resp.json()["task_id"] == "t-body-451" and resp.headers["task-id"] == "t-body-451"
 
 
 def idle_after_one_second(server_factory: Any, tmp_path: Path) -> Any:
