@@ -172,7 +172,7 @@ class AnsApp:
         whose scope (451) and zone (453) checks see the effective identity.
         The client address pays for every request before its body is parsed,
         so malformed or costly bodies cannot be sent faster than its limit."""
-        self.gate.limit_address(method, creds, headers)
+        self.gate.limit_address(method, creds, headers, len(body))
         parse = PARSERS.get(method)
         if parse is None:
             raise UnsupportedMethod(

@@ -46,6 +46,9 @@ from .service import Clock
 
 log = structlog.get_logger("ans.gate")
 ZONE_HEADER = "agtp-zone-id"
+# A body's share of the per-address charge: parsing it costs in proportion to
+# its size (a 256 KiB body of nested lists ~15 ms, a small DISCOVER ~0.05 ms).
+ADDRESS_BYTES_PER_TOKEN = 16 * 1024
 # Identity headers of a request refused before parsing are audited up to this length.
 AUDITED_HEADER_CHARS = 256
 R = TypeVar("R")
@@ -119,9 +122,13 @@ class RequestGate:
         identity = getattr(req, "identity", None)
         return identity if isinstance(identity, Identity) else None
 
-    def limit_address(self, method: str, creds: Credentials, headers: Mapping[str, str]) -> None:
-        """Charge the client address one token for this AGTP request (429 when
-        its bucket is empty), before the body is parsed: the audit record of
+    def limit_address(
+        self, method: str, creds: Credentials, headers: Mapping[str, str], body_bytes: int = 0
+    ) -> None:
+        """Charge the client address for this AGTP request: one token, and one
+        more per ``ADDRESS_BYTES_PER_TOKEN`` of body, since parsing costs in
+        proportion to size (429 when its bucket holds too few), before the
+        body is parsed: the audit record of
         a refusal names the Agent-ID, Principal-ID and Task-ID headers as
         sent (at most 256 characters each), or null. Not limited: no IP
         address (a unix socket, unknown), an exempt one, the limit off."""
@@ -132,7 +139,8 @@ class RequestGate:
             return
         key = address_key(ip)
         method = method[:32]
-        decision = self.address_limiter.check(key, method)
+        cost = 1 + body_bytes // ADDRESS_BYTES_PER_TOKEN
+        decision = self.address_limiter.check(key, method, cost)
         if decision.notes:
             about = {
                 field: _bounded(headers.get(header))

@@ -183,8 +183,10 @@ class RateLimiter:
     def __len__(self) -> int:
         return len(self._agents)
 
-    def check(self, agent_id: str, method: str) -> Decision:
-        """Count one request by ``agent_id``; refuse it if its bucket is empty."""
+    def check(self, agent_id: str, method: str, cost: float = 1.0) -> Decision:
+        """Count one request by ``agent_id``; refuse it if its bucket holds
+        fewer than ``cost`` tokens (at most ``burst``: a request always fits
+        in a full bucket)."""
         s = self.settings
         now = self._now()
         limited = s.enabled and agent_id not in self._exempt
@@ -198,12 +200,13 @@ class RateLimiter:
         if not limited:
             return Decision(True, notes=tuple(notes))
         self._refill(agent, now)
-        if agent.tokens >= 1.0:
-            agent.tokens -= 1.0
+        need = min(max(cost, 1.0), float(s.burst))
+        if agent.tokens >= need:
+            agent.tokens -= need
             if agent.suppressed and agent.audit_until is not None and now >= agent.audit_until:
                 notes.append(self._summary(agent_id, agent))
             return Decision(True, notes=tuple(notes))
-        retry = max(1, math.ceil((1.0 - agent.tokens) / s.rate))
+        retry = max(1, math.ceil((need - agent.tokens) / s.rate))
         if agent.audit_until is None or now >= agent.audit_until:
             notes.append(
                 AuditNote(

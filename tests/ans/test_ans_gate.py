@@ -31,7 +31,7 @@ from ans.protocol.scope import parse_authority_scope
 
 from ans.app import AnsApp
 from ans.config import Config
-from ans.gate import Credentials, RequestGate
+from ans.gate import ADDRESS_BYTES_PER_TOKEN, Credentials, RequestGate
 from ans.matcher import CapabilityIndex
 from ans.service import AnsService
 from ans.store import SQLiteStore
@@ -431,7 +431,8 @@ def parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def test_a_flood_of_unparseable_bodies_is_refused_per_address_without_being_parsed(
     make_app: Any, parses: list[str], body: bytes, status: int
 ) -> None:
-    app, svc, _ = make_app(per_address_rate=0.01, per_address_burst=3)
+    cost = 1 + len(body) // ADDRESS_BYTES_PER_TOKEN  # a body pays for its size
+    app, svc, _ = make_app(per_address_rate=0.01, per_address_burst=3 * cost)
     assert [call(app, body=body, client="198.51.100.7")[0] for _ in range(3)] == [status] * 3
     assert parses == ["DISCOVER"] * 3
     for _ in range(20):
@@ -452,6 +453,23 @@ def test_a_flood_of_unparseable_bodies_is_refused_per_address_without_being_pars
     assert (summary["summary"], summary["suppressed"]) == (True, 19)
     # another address is not held up by this one
     assert call(app, body=body, client="198.51.100.8")[0] == status
+
+
+def test_a_body_pays_for_its_size_per_address(make_app: Any) -> None:
+    """One token per request and one more per 16 KiB of body: a burst of 40
+    lets 40 small DISCOVERs through, or two of ~254 KiB (16 tokens each)."""
+    assert 1 + len(DEEP_LISTS) // ADDRESS_BYTES_PER_TOKEN == 16
+    app, _, _ = make_app(per_address_rate=0.01, per_address_burst=40)
+    assert [call(app, body=DEEP_LISTS, client="192.0.2.20")[0] for _ in range(3)] == [
+        422,
+        422,
+        429,
+    ]
+    small = [call(app, params={"intent": "audit"}, client="192.0.2.21")[0] for _ in range(41)]
+    assert small == [200] * 40 + [429]
+    # a body bigger than the whole burst still fits in a full bucket
+    app, _, _ = make_app(per_address_rate=0.01, per_address_burst=5)
+    assert [call(app, body=DEEP_LISTS, client="192.0.2.22")[0] for _ in range(2)] == [422, 429]
 
 
 def test_unsupported_methods_are_counted_per_address(make_app: Any, parses: list[str]) -> None:

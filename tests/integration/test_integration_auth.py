@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from ans.cli import main as cli_main
+from ans.gate import ADDRESS_BYTES_PER_TOKEN
 from ans.launcher import cpu_ms, stop_server
 
 pytestmark = pytest.mark.integration
@@ -451,7 +452,9 @@ def test_a_flood_of_costly_bodies_meets_the_client_address_limit_before_parsing(
     one address gets 429 at the cost of receiving them; DESCRIBE of the ANS
     itself and a malformed body are counted in the same bucket."""
     cfg = tmp_path / "ans.toml"
-    cfg.write_text("[rate_limit]\nper_address_rate = 0.01\nper_address_burst = 12\n")
+    # room for DESCRIBE, the malformed body and 10 costly ones (each pays for its size)
+    burst = 2 + 10 * (1 + len(DEEP_LISTS) // ADDRESS_BYTES_PER_TOKEN)
+    cfg.write_text(f"[rate_limit]\nper_address_rate = 0.01\nper_address_burst = {burst}\n")
     data = tmp_path / "data"
     srv = server_factory(data, "--config", str(cfg), "--native-listen", "127.0.0.1:0")
     assert srv.native_url is not None
