@@ -12,6 +12,7 @@ wire (the traceback goes to the operational log).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -47,7 +48,7 @@ from ans.protocol.messages import (
 )
 from ans.protocol.status import AGTP_SPECIFIC
 
-from .gate import Credentials, RequestGate
+from .gate import REFUSED_AFTER_PARSING, Credentials, RequestGate
 from .service import AnsService
 
 Scope = MutableMapping[str, Any]
@@ -88,10 +89,13 @@ class AnsApp:
         gate: RequestGate | None = None,
         background: Sequence[Background] = (),
         body_timeout: float = BODY_TIMEOUT,
+        cpu_clock: Callable[[], float] = time.thread_time,
     ) -> None:
         self.service = service
         self.background = tuple(background)
         self.body_timeout = body_timeout
+        # CPU seconds of the serving thread: what a request cost its address
+        self.cpu_clock = cpu_clock
         # Open mode with the configured rate limits unless a gate is given
         # (server.build_gate makes the token/mTLS one).
         self.gate = gate or RequestGate(
@@ -137,14 +141,19 @@ class AnsApp:
         """One AGTP request, whatever its framing (HTTP/2 here, native AGTP in
         :mod:`ans.native_server`), to its answer; never raises."""
         task_id = task_id_hint(headers)
+        started = self.cpu_clock()  # this thread's CPU: parsing and a local match run here
+        refused = False
         try:
             status, payload = await self._agtp(method, headers, body, creds)
             return Answer(status, task_id_of(payload, task_id), orjson.dumps(payload))
         except Exception as exc:
+            refused = isinstance(exc, AgtpError) and exc.status in REFUSED_AFTER_PARSING
             # Once the envelope has parsed, the error carries the request's
             # Task-ID (the body's, when no header sent one): echo it.
             known = exc.task_id if isinstance(exc, AgtpError) else None
             return self.failure(exc, known or task_id, method, None)
+        finally:
+            self.gate.settle(creds, self.cpu_clock() - started, refused)
 
     @staticmethod
     def failure(exc: Exception, task_id: str | None, method: Any, path: Any) -> Answer:

@@ -49,6 +49,14 @@ ZONE_HEADER = "agtp-zone-id"
 # A body's share of the per-address charge: parsing it costs in proportion to
 # its size (a 256 KiB body of nested lists ~15 ms, a small DISCOVER ~0.05 ms).
 ADDRESS_BYTES_PER_TOKEN = 16 * 1024
+# What a request turns out to cost, charged after it (RequestGate.settle): a
+# plain DISCOVER takes well under ADDRESS_FREE_MS of CPU here; one with
+# limit 100, evidence and a long intent ~12 ms. A refusal after parsing
+# writes an audit record.
+ADDRESS_FREE_MS = 2.0
+ADDRESS_MS_PER_TOKEN = 1.0
+REFUSAL_TOKENS = 4.0
+REFUSED_AFTER_PARSING = frozenset({401, 451, 453})
 # Identity headers of a request refused before parsing are audited up to this length.
 AUDITED_HEADER_CHARS = 256
 R = TypeVar("R")
@@ -157,6 +165,23 @@ class RequestGate:
                 f"too many requests from this client address; retry after {decision.retry_after}s",
                 headers=(("retry-after", str(decision.retry_after)),),
             )
+
+    def settle(self, creds: Credentials, cpu_seconds: float, refused: bool) -> None:
+        """Charge the client address for what its request turned out to cost:
+        one token per ``ADDRESS_MS_PER_TOKEN`` of CPU beyond the first
+        ``ADDRESS_FREE_MS``, and ``REFUSAL_TOKENS`` for a request refused
+        after parsing (401, 451, 453: each writes an audit record). A costly
+        query or a stream of refusals then uses the address's allowance
+        faster than a plain DISCOVER does."""
+        if not self.address_limiter.settings.enabled:
+            return
+        ip = client_ip(creds.client_address)
+        if ip is None or any(ip in net for net in self.exempt_addresses):
+            return
+        extra = max(0.0, cpu_seconds * 1000.0 - ADDRESS_FREE_MS) / ADDRESS_MS_PER_TOKEN
+        if refused:
+            extra += REFUSAL_TOKENS
+        self.address_limiter.debit(address_key(ip), extra)
 
     def admit(self, method: str, req: R, creds: Credentials) -> R:
         """Authenticate, then rate limit per Agent-ID; return the request with

@@ -220,6 +220,17 @@ class RateLimiter:
             agent.suppressed += 1
         return Decision(False, retry, tuple(notes))
 
+    def debit(self, key: str, tokens: float) -> None:
+        """Take ``tokens`` more from ``key``'s bucket for work it has already
+        had done (never refused here; the bucket may go down to -burst, so
+        its next requests wait until the work is paid for)."""
+        s = self.settings
+        agent = self._agents.get(key)
+        if tokens <= 0 or agent is None or not s.enabled or key in self._exempt:
+            return
+        self._refill(agent, self._now())
+        agent.tokens = max(-float(s.burst), agent.tokens - tokens)
+
     def flush(self) -> list[AuditNote]:
         """Summaries of every pending suppressed count (e.g. at shutdown)."""
         notes = []

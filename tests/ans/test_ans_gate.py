@@ -31,7 +31,7 @@ from ans.protocol.scope import parse_authority_scope
 
 from ans.app import AnsApp
 from ans.config import Config
-from ans.gate import ADDRESS_BYTES_PER_TOKEN, Credentials, RequestGate
+from ans.gate import ADDRESS_BYTES_PER_TOKEN, REFUSAL_TOKENS, Credentials, RequestGate
 from ans.matcher import CapabilityIndex
 from ans.service import AnsService
 from ans.store import SQLiteStore
@@ -67,6 +67,20 @@ class Ticker:
         return self.t
 
 
+class CpuClock:
+    """A CPU clock that advances ``step`` seconds between the two readings a
+    request takes."""
+
+    def __init__(self, step: float) -> None:
+        self.step, self.now, self.reads = step, 0.0, 0
+
+    def read(self) -> float:
+        self.reads += 1
+        if self.reads % 2 == 0:
+            self.now += self.step
+        return self.now
+
+
 @pytest.fixture
 def make_app(
     tmp_path: Path, embedder: Any, gov_key: SigningKey, make_manifest: Callable[..., Any]
@@ -74,7 +88,7 @@ def make_app(
     services: list[AnsService] = []
 
     def make(
-        mode: str = "open", forwarders: tuple[str, ...] = (), **rate: Any
+        mode: str = "open", forwarders: tuple[str, ...] = (), cpu_ms: float = 0.0, **rate: Any
     ) -> tuple[AnsApp, AnsService, Ticker]:
         d = tmp_path / f"svc{len(services)}"
         d.mkdir()
@@ -103,7 +117,9 @@ def make_app(
         ticker = Ticker()
         keys = TrustedKeys([TOKEN_KEY.public]) if mode == "token" else None
         gate = RequestGate(cfg, svc.audit, svc.manifest["canonical_id"], keys, NOW_CLOCK, ticker)
-        return AnsApp(svc, gate), svc, ticker
+        # each request costs cpu_ms of CPU (nothing unless a test says so)
+        cpu = CpuClock(cpu_ms / 1000.0)
+        return AnsApp(svc, gate, cpu_clock=cpu.read), svc, ticker
 
     yield make
     for svc in services:
@@ -369,7 +385,9 @@ def test_exempt_addresses_are_never_limited_per_address(make_app: Any) -> None:
 def test_a_flood_of_bad_tokens_is_refused_per_address_before_authentication(
     make_app: Any,
 ) -> None:
-    app, svc, _ = make_app("token", per_address_rate=0.01, per_address_burst=3)
+    # room for three refusals after parsing (each pays 1 + REFUSAL_TOKENS)
+    burst = int(3 * (1 + REFUSAL_TOKENS))
+    app, svc, _ = make_app("token", per_address_rate=0.01, per_address_burst=burst)
     bad = mint(iss="https://someone-else.example")
     statuses = [call(app, token=bad, client="198.51.100.9")[0] for _ in range(3)]
     assert statuses == [401] * 3
@@ -470,6 +488,19 @@ def test_a_body_pays_for_its_size_per_address(make_app: Any) -> None:
     # a body bigger than the whole burst still fits in a full bucket
     app, _, _ = make_app(per_address_rate=0.01, per_address_burst=5)
     assert [call(app, body=DEEP_LISTS, client="192.0.2.22")[0] for _ in range(2)] == [422, 429]
+
+
+def test_costly_requests_and_refusals_use_the_address_allowance_faster(make_app: Any) -> None:
+    """After each request the address pays for what it cost: one token per
+    ms of CPU beyond the first 2, and 4 for a refusal after parsing."""
+    app, _, _ = make_app(cpu_ms=12.0, per_address_rate=0.01, per_address_burst=40)
+    statuses = [call(app, params={"intent": "audit"}, client="192.0.2.30")[0] for _ in range(6)]
+    assert statuses == [200, 200, 200, 200, 429, 429]  # 1 + 10 tokens each: 4 fit in 40
+    app, _, _ = make_app(per_address_rate=0.01, per_address_burst=40)
+    refused = [call(app, scope="documents:read", client="192.0.2.31")[0] for _ in range(10)]
+    assert refused == [451] * 8 + [429] * 2  # 1 + 4 tokens each: 8 fit in 40
+    cheap = [call(app, params={"intent": "audit"}, client="192.0.2.32")[0] for _ in range(41)]
+    assert cheap == [200] * 40 + [429]  # a cheap request pays 1, as before
 
 
 def test_unsupported_methods_are_counted_per_address(make_app: Any, parses: list[str]) -> None:

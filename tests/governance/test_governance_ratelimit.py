@@ -210,3 +210,24 @@ def test_an_address_limiter_names_its_key_in_summaries() -> None:
     assert [n.fields for n in rl.flush()] == [
         {"client_address": "192.0.2.1", "suppressed": 2, "summary": True}
     ]
+
+
+def test_costs_and_debits_for_work_already_done() -> None:
+    rl, clock = limiter()  # 2 tokens a second, burst 3
+    assert rl.check("a", "DISCOVER", cost=2).allowed
+    assert not rl.check("a", "DISCOVER", cost=2).allowed  # 1 left
+    assert rl.check("a", "DISCOVER").allowed
+    rl, clock = limiter()
+    assert rl.check("b", "DISCOVER", cost=50).allowed  # never more than a full bucket
+    # A debit after the fact may take the bucket below zero, down to -burst:
+    rl.debit("b", 100)
+    d = rl.check("b", "DISCOVER")
+    assert not d.allowed and d.retry_after == 2  # from -3 to 1 token at 2/s
+    clock.t += 2.0
+    assert rl.check("b", "DISCOVER").allowed
+    rl.debit("unknown", 5)  # nothing to debit: no bucket is made for it
+    assert len(rl) == 1
+    exempt, _ = limiter(exempt_agent_ids=("x",))
+    exempt.check("x", "DISCOVER")
+    exempt.debit("x", 100)
+    assert all(exempt.check("x", "DISCOVER").allowed for _ in range(10))
