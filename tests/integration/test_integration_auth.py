@@ -215,13 +215,19 @@ def _native_ask(
     with socket.create_connection((host, int(port)), timeout=20) as raw:
         with ctx.wrap_socket(raw, server_hostname=host) as tls:
             tls.sendall(encode_request("DISCOVER", headers, BODY))
-            parser = NativeResponseParser(1 << 20)
-            answers: list[Any] = []
-            while not answers:
-                chunk = tls.recv(65536)
-                assert chunk, "the server closed the connection without answering"
-                answers = parser.feed(chunk)
-    return answers[0].status, orjson.loads(answers[0].body)
+            answer = _one_native_answer(tls)
+    return answer.status, orjson.loads(answer.body)
+
+
+def _one_native_answer(sock: socket.socket) -> Any:
+    """Read until one native AGTP answer is complete."""
+    parser = NativeResponseParser(1 << 20)
+    answers: list[Any] = []
+    while not answers:
+        chunk = sock.recv(65536)
+        assert chunk, "the server closed the connection without answering"
+        answers = parser.feed(chunk)
+    return answers[0]
 
 
 def test_mtls_on_the_native_listener(tmp_path: Path, server_factory: Any) -> None:
@@ -355,13 +361,8 @@ def _native_discover(native_url: str, agent_id: str) -> tuple[int, dict[str, str
     headers = {**IDENTITY, "agent-id": agent_id, "content-type": "application/agtp+json"}
     with socket.create_connection((host, int(port)), timeout=20) as sock:
         sock.sendall(encode_request("DISCOVER", headers, BODY))
-        parser = NativeResponseParser(1 << 20)
-        answers: list[Any] = []
-        while not answers:
-            chunk = sock.recv(65536)
-            assert chunk, "the server closed the connection without answering"
-            answers = parser.feed(chunk)
-    return answers[0].status, {k.lower(): v for k, v in answers[0].headers.items()}
+        answer = _one_native_answer(sock)
+    return answer.status, {k.lower(): v for k, v in answer.headers.items()}
 
 
 def rotating_discovers(url: str, n: int) -> list[httpx.Response]:
