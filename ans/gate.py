@@ -140,12 +140,9 @@ class RequestGate:
         a refusal names the Agent-ID, Principal-ID and Task-ID headers as
         sent (at most 256 characters each), or null. Not limited: no IP
         address (a unix socket, unknown), an exempt one, the limit off."""
-        if not self.address_limiter.settings.enabled:
+        key = self._address_key(creds)
+        if key is None:
             return
-        ip = client_ip(creds.client_address)
-        if ip is None or any(ip in net for net in self.exempt_addresses):
-            return
-        key = address_key(ip)
         method = method[:32]
         cost = 1 + body_bytes // ADDRESS_BYTES_PER_TOKEN
         decision = self.address_limiter.check(key, method, cost)
@@ -173,15 +170,24 @@ class RequestGate:
         after parsing (401, 451, 453: each writes an audit record). A costly
         query or a stream of refusals then uses the address's allowance
         faster than a plain DISCOVER does."""
-        if not self.address_limiter.settings.enabled:
-            return
-        ip = client_ip(creds.client_address)
-        if ip is None or any(ip in net for net in self.exempt_addresses):
+        key = self._address_key(creds)
+        if key is None:
             return
         extra = max(0.0, cpu_seconds * 1000.0 - ADDRESS_FREE_MS) / ADDRESS_MS_PER_TOKEN
         if refused:
             extra += REFUSAL_TOKENS
-        self.address_limiter.debit(address_key(ip), extra)
+        self.address_limiter.debit(key, extra)
+
+    def _address_key(self, creds: Credentials) -> str | None:
+        """The client's bucket, or None when it is not limited: no IP address
+        (a unix socket, unknown), an exempt one, or the limit off."""
+        if not self.address_limiter.settings.enabled:
+            return None
+        ip = client_ip(creds.client_address)
+        if ip is None or any(ip in net for net in self.exempt_addresses):
+            return None
+        key: str = address_key(ip)
+        return key
 
     def admit(self, method: str, req: R, creds: Credentials) -> R:
         """Authenticate, then rate limit per Agent-ID; return the request with

@@ -326,7 +326,12 @@ def bind_socket(config: Config) -> socket.socket:
     return sock
 
 
-def hypercorn_config(config: Config, sock: socket.socket) -> HypercornConfig:
+def hypercorn_config(
+    config: Config, sock: socket.socket, max_connections: int | None = None
+) -> HypercornConfig:
+    """hypercorn's settings for ``config``; ``max_connections`` is the cap in
+    all (``ans serve`` passes the one :func:`connection_caps` sets under the
+    open-file limit; default ``config.max_connections``)."""
     """Hypercorn settings; the bound socket is handed over (hypercorn closes it)."""
     hc = HypercornConfig()
     hc.bind = [f"fd://{sock.detach()}"]
@@ -341,8 +346,11 @@ def hypercorn_config(config: Config, sock: socket.socket) -> HypercornConfig:
     hc.accesslog = None
     hc.errorlog = logging.getLogger("hypercorn.error")  # through our handler, once
     hc.graceful_timeout = 2.0
-    http_cap, _ = connection_caps(config, open_file_limit())
-    hypercorn_fixes.cap_connections(hc, config.max_connections_per_client, http_cap)
+    hypercorn_fixes.cap_connections(
+        hc,
+        config.max_connections_per_client,
+        config.max_connections if max_connections is None else max_connections,
+    )
     hypercorn_fixes.deadline_for_first_request(hc, config.request_timeout)
     hypercorn_fixes.deadline_for_answers(hc, config.write_timeout)
     hc.ssl_handshake_timeout = config.request_timeout
@@ -376,14 +384,6 @@ def raise_open_file_limit() -> int:
         except (ValueError, OSError):
             pass
     return int(soft)
-
-
-def open_file_limit() -> int:
-    try:
-        import resource
-    except ImportError:
-        return 1 << 20
-    return int(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
 
 
 def connection_caps(config: Config, open_files: int) -> tuple[int, int]:
@@ -424,7 +424,7 @@ def serve_forever(
     )
     native_at = config.native_host_port
     native_tls = native_ssl_context(config) if native_at is not None else None
-    hc = hypercorn_config(config, sock)
+    hc = hypercorn_config(config, sock, http_cap)
     hypercorn_fixes.install()  # late request data, closed connections: see the module
     # hypercorn does not hand the peer certificate to the app; in mtls mode
     # our accept loop adds it as the ASGI TLS extension (see ans.mtls).
