@@ -465,7 +465,7 @@ def cmd_peers_check(args: argparse.Namespace) -> int:
             asker,
             intent=args.intent or DEFAULT_INTENT,
             zones=zones,
-            min_capability_match=cfg.min_capability_match,
+            min_capability_match=cfg.relevance.threshold,
             clock=utc_now,
         )
     )

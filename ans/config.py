@@ -24,6 +24,7 @@ from ans.governance.ratelimit import RateLimitSettings, parse_networks
 
 from .ann import AnnSettings
 from .freshness import FreshnessConfigError, FreshnessSettings, freshness_from_table
+from .relevance import GATES, RelevanceGate
 
 
 class ConfigError(ValueError):
@@ -98,7 +99,14 @@ class Config:
     # [discovery]
     default_limit: int = 10
     max_limit: int = 100
+    # What counts as a match (ans.relevance): the relevance gate, the least
+    # calibrated capability_match_score of a match, the least fused score, and
+    # the weight of a compound intent's best part.
+    relevance_gate: str = "calibrated"
     min_capability_match: float = 0.05
+    min_relevance: float = 0.04
+    relevance_part_weight: float = 0.1
+    strong_match: float = 0.25
     # Routing alternatives (preferred_agent): the least equivalent_confidence
     # an alternative must have to replace an unavailable preferred agent.
     min_equivalent_confidence: float = 0.2
@@ -114,6 +122,17 @@ class Config:
     log_format: str = "console"
     # --demo
     demo: bool = False
+
+    @property
+    def relevance(self) -> RelevanceGate:
+        """The relevance gate of [discovery] (what counts as a match)."""
+        return RelevanceGate(
+            kind=self.relevance_gate,
+            min_relevance=self.min_relevance,
+            min_capability_match=self.min_capability_match,
+            part_weight=self.relevance_part_weight,
+            strong_match=self.strong_match,
+        )
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -138,6 +157,14 @@ class Config:
             raise ConfigError("need 1 <= default_limit <= max_limit <= 10000")
         if not 0.0 <= self.min_capability_match <= 1.0:
             raise ConfigError("min_capability_match must be in [0, 1]")
+        if self.relevance_gate not in GATES:
+            raise ConfigError(f"relevance_gate must be one of {', '.join(GATES)}")
+        if not 0.0 <= self.min_relevance <= 1.0:
+            raise ConfigError("min_relevance must be in [0, 1]")
+        if not 0.0 <= self.relevance_part_weight <= 1.0:
+            raise ConfigError("part_weight must be in [0, 1]")
+        if not 0.0 <= self.strong_match <= 1.0:
+            raise ConfigError("strong_match must be in [0, 1]")
         if not 0.0 <= self.min_equivalent_confidence <= 1.0:
             raise ConfigError("min_equivalent_confidence must be in [0, 1]")
         if (self.tls_certfile is None) != (self.tls_keyfile is None):
@@ -250,6 +277,10 @@ _SECTIONS = {
         "default_limit",
         "max_limit",
         "min_capability_match",
+        "relevance_gate",
+        "min_relevance",
+        "part_weight",
+        "strong_match",
         "max_body_bytes",
         "min_equivalent_confidence",
     },
@@ -260,6 +291,7 @@ _SECTIONS = {
 _RENAMED: dict[tuple[str, str], str] = {
     ("auth", "mode"): "auth_mode",
     ("auth", "forwarders"): "auth_forwarders",
+    ("discovery", "part_weight"): "relevance_part_weight",
     ("zones", "restricted"): "restricted_zones",
     ("zones", "public"): "public_zones",
     ("zones", "unlisted"): "unlisted_zones",

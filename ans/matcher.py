@@ -49,6 +49,7 @@ from .lexical import LexicalIndex
 from .postings import SlotPostings
 from .qrows import QRows, query_codes, similarities
 from .ranking import PRECISION
+from .relevance import RelevanceGate, maxima, whole_components
 from .text import candidate_tags, content_text, normalize_tag, segments, split_label
 
 Vectors = npt.NDArray[np.float32]
@@ -320,7 +321,11 @@ class QueryScores:
     index: CapabilityIndex | None = None
     domains: tuple[str, ...] | None = None
     texts: tuple[str, ...] = ()
+    # Margins are measured to these maxima instead of the candidates' own (one agent scored alone).
+    reference: npt.NDArray[np.float64] | None = None
     _pos: dict[str, int] | None = None
+    _cms: npt.NDArray[np.float64] | None = None
+    _gate: RelevanceGate | None = None
 
     def _position(self, canonical_id: str) -> int | None:
         if self._pos is None:
@@ -336,12 +341,35 @@ class QueryScores:
         """The candidates whose capability_match_score is at least ``floor``, as
         (canonical ids, unrounded scores clipped to [0, 1]); ``round(score, 6)``
         of an entry is its capability_match_score."""
-        keep = np.nonzero(self.final >= floor - 1e-7)[0]
-        values = np.clip(self.final[keep], 0.0, 1.0).astype(np.float64)
-        ok = values >= floor
-        for i in np.nonzero(np.abs(values - floor) <= 2e-6)[0].tolist():
-            ok[i] = round(float(values[i]), PRECISION) >= floor  # Python's rounding decides
-        picked, values = keep[ok], values[ok]
+        scores = np.clip(self.final, 0.0, 1.0).astype(np.float64)
+        return self._picked(_at_least(scores, floor), scores)
+
+    def matches(self, gate: RelevanceGate) -> tuple[list[str], npt.NDArray[np.float64]]:
+        """The candidates the relevance gate admits (:mod:`ans.relevance`), as
+        (canonical ids, unrounded capability_match_scores)."""
+        if gate.kind == "floor":
+            return self.above_arrays(gate.min_capability_match)
+        cms = self.calibrated(gate)
+        raw = np.clip(self.final, 0.0, 1.0).astype(np.float64)
+        keep = _at_least(raw, gate.min_capability_match) & _at_least(cms, gate.min_relevance)
+        return self._picked(keep, cms)
+
+    def calibrated(self, gate: RelevanceGate) -> npt.NDArray[np.float64]:
+        """capability_match_score of every candidate under ``gate`` (cached)."""
+        if gate.kind == "floor":
+            return np.clip(self.final, 0.0, 1.0).astype(np.float64)
+        if self._cms is None or self._gate != gate:
+            self._cms = gate.scores(
+                self.final.astype(np.float64), self.whole, self.parts, self.reference
+            )
+            self._gate = gate
+        return self._cms
+
+    def _picked(
+        self, keep: npt.NDArray[np.bool_], values: npt.NDArray[np.float64]
+    ) -> tuple[list[str], npt.NDArray[np.float64]]:
+        picked = np.nonzero(keep)[0]
+        values = values[picked]
         if len(picked) == 0:
             return [], values
         ids: list[str | None] = (
@@ -354,17 +382,29 @@ class QueryScores:
             return [c for c in ids if c is not None], values[live]
         return ids, values  # type: ignore[return-value]  # no None left
 
-    def score(self, canonical_id: str) -> float:
-        """capability_match_score of one indexed agent whatever the floor (0 if absent)."""
+    def score(self, canonical_id: str, gate: RelevanceGate | None = None) -> float:
+        """capability_match_score of one indexed agent whatever the gate (0 if
+        absent): calibrated under ``gate`` (margins to this query's best), else
+        the fused score."""
         i = self._position(canonical_id)
         if i is not None:
-            return round(min(1.0, max(0.0, float(self.final[i]))), PRECISION)
+            values = self.calibrated(gate) if gate is not None else self.final
+            return round(min(1.0, max(0.0, float(values[i]))), PRECISION)
         if self.index is None:
             return 0.0
         extra = self.index.query(
             self.texts[0] if self.texts else "", self.domains, only=[canonical_id]
         )
-        return extra.score(canonical_id) if extra.ids else 0.0
+        if gate is not None and gate.kind == "calibrated":
+            extra.reference = self.best_values()
+        return extra.score(canonical_id, gate) if extra.ids else 0.0
+
+    def best_values(self) -> npt.NDArray[np.float64]:
+        """The best fused score and components of this query (margins are measured to them)."""
+        if self.reference is not None:
+            return self.reference
+        n = len(self.final)
+        return maxima(self.final.astype(np.float64), whole_components(self.whole, n))
 
     def evidence(self, canonical_id: str) -> dict[str, Any]:
         """score_components, matched_tags, matched_examples of one scored agent."""
@@ -373,6 +413,7 @@ class QueryScores:
             return {"score_components": {}, "matched_tags": [], "matched_examples": []}
         raw = self.whole.components_at(i)
         comps = {name: round(raw[name], PRECISION) for name in COMPONENTS if name in raw}
+        comps["fused"] = round(min(1.0, max(0.0, float(self.final[i]))), PRECISION)
         if self.part_best is not None:
             comps["segment"] = round(float(self.part_best[i]), PRECISION)
         slot = int(self.slots[i])
@@ -412,6 +453,15 @@ class CapabilityMatcher(Protocol):
     def ids(self) -> list[str]: ...
     def save(self, directory: Path, meta: Mapping[str, Any]) -> None: ...
     def __len__(self) -> int: ...
+
+
+def _at_least(values: npt.NDArray[np.float64], floor: float) -> npt.NDArray[np.bool_]:
+    """``round(value, 6) >= floor`` for every value, with Python's rounding
+    deciding the values within rounding distance of the floor."""
+    ok = values >= floor - 1e-7
+    for i in np.nonzero(np.abs(values - floor) <= 2e-6)[0].tolist():
+        ok[i] = round(float(values[i]), PRECISION) >= floor
+    return ok
 
 
 def _ids_at(table: list[str | None], slots: Slots, full: bool) -> list[str | None]:

@@ -231,7 +231,7 @@ def build_service(
             transport=peer_transport(config.federation.max_response_bytes),
             audit=audit,
             zones=zones_policy,
-            min_capability_match=config.min_capability_match,
+            min_capability_match=config.relevance.threshold,
             clock=clock,
         )
     store = SQLiteStore(data / REGISTRY_FILE)

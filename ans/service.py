@@ -113,6 +113,11 @@ class _LocalAnswer:
     pinned: bool = False
 
 
+def _cms_of(r: FedRanked) -> float:
+    value = r.item.get("capability_match_score", 0.0)
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
 def _batches(items: Iterable[Any], size: int) -> Iterable[list[Any]]:
     it = iter(items)
     while chunk := list(islice(it, size)):
@@ -146,6 +151,7 @@ class AnsService:
             default_limit=config.default_limit,
             max_limit=config.max_limit,
         )
+        self.relevance = config.relevance  # what counts as a match (ans.relevance)
         self.zones = ZonePolicy.of(
             config.restricted_zones,
             config.public_zones,
@@ -442,7 +448,7 @@ class AnsService:
             matched = self.matcher.query(
                 p.intent, p.capability_domains, evidence=p.include_evidence
             )
-            ids, unrounded = matched.above_arrays(self.config.min_capability_match)
+            ids, unrounded = matched.matches(self.relevance)
         # Routing needs every gate-passing candidate; otherwise the best `limit`.
         limit = None if p.preferred_agent is not None else p.limit
         with self._lock:
@@ -530,6 +536,8 @@ class AnsService:
                 gathered.candidates,
                 lambda tier, behavioral, cms: rank_score(weights, tier, behavioral, cms),
             )
+            if p.intent is not None:  # the merged set passes the relevance gate once more
+                merged = [r for r in merged if self.relevance.admits(_cms_of(r))]
             total += len(merged) - (len(top) - len(pinned))
             chosen = [*pinned, *merged[: p.limit - len(pinned)]]
         results = []
@@ -546,6 +554,8 @@ class AnsService:
             "query_digest": req.query_digest,
             "ranking": weights.name,
         }
+        if p.intent is not None:  # what counted as a match, so a caller sees why one is absent
+            result["relevance"] = self.relevance.describe()
         if gathered is not None:
             result["federation_path"] = result_path(self.key.kid, chosen)
             result["warnings"] = gathered.warnings
@@ -596,7 +606,7 @@ class AnsService:
         if reason is None and entry is not None:
             own = next((t for t in ranked if t[2].canonical_id == cid), None)
             if own is None:  # passes the gates but not the intent's capability floor
-                cms = matched.score(cid) if matched is not None else 0.0
+                cms = matched.score(cid, self.relevance) if matched is not None else 0.0
                 score = rank_score(
                     self.config.ranking, entry.trust_tier, entry.behavioral_trust_score, cms
                 )

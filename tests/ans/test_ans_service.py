@@ -168,7 +168,7 @@ def test_capability_floor_drops_unrelated_agents(world: dict[str, Any]) -> None:
     got = discover(world["svc"], intent=SOLIDITY)
     assert "legal-translator" not in labels(got)
     assert all(
-        r["capability_match_score"] >= world["cfg"].min_capability_match for r in got["results"]
+        r["capability_match_score"] >= world["cfg"].relevance.threshold for r in got["results"]
     )
     # without an intent nothing is capability-filtered: ranked on trust alone
     assert "legal-translator" in labels(discover(world["svc"]))

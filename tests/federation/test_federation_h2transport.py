@@ -116,7 +116,7 @@ def test_discover_same_bytes_as_httpx(ans: RunningServer) -> None:
 
     lean, ref, jwks, jwks_ref = run(go())
     assert lean.status == ref.status == 200
-    assert len(lean.body) > 2000
+    assert len(lean.body) > 1500  # a real answer with several signed results
     assert volatile_out(lean.body) == volatile_out(ref.body)
     assert jwks.status == 200 and jwks.body == jwks_ref.body
     verify_discover_result(

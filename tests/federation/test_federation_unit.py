@@ -143,10 +143,13 @@ class World:
         settings: FederationSettings = FAST,
         restricted: tuple[str, ...] = (),
         clock: Callable[[], datetime] = lambda: NOW,
+        **config: Any,
     ) -> AnsService:
         d = self.tmp / name
         d.mkdir()
-        cfg = Config(data_dir=d, restricted_zones=restricted, peers=peers, federation=settings)
+        cfg = Config(
+            data_dir=d, restricted_zones=restricted, peers=peers, federation=settings, **config
+        )
         key = SigningKey.generate()
         audit = AuditLog(d / "audit.jsonl", clock)
         fed = None
@@ -158,7 +161,7 @@ class World:
                 transport=self.net,
                 audit=audit,
                 zones=ZonePolicy.of(restricted),
-                min_capability_match=cfg.min_capability_match,
+                min_capability_match=cfg.relevance.threshold,
                 clock=clock,
                 monotonic=lambda: self.mono[0],
             )
@@ -778,6 +781,34 @@ def test_peer_ignoring_the_trust_floor_has_those_results_dropped(world: World) -
     assert "0.5 < 0.9" in got["warnings"][0]["message"]
     drops = audit_events(a, "federation_drop")
     assert [(d["code"], d["count"]) for d in drops] == [("peer_threshold_violation", 1)]
+
+
+def test_peer_results_pass_our_relevance_gate(world: World) -> None:
+    """A peer whose gate admits everything must not re-admit unrelated agents here."""
+    b = world.ans(
+        "b",
+        {
+            **solidity("peer-auditor"),
+            "perfect-poet": {
+                "org_domain": "poems.example",
+                "job_description": "Writes rhyming poems and song lyrics for weddings.",
+                "trust_tier": 1,
+                "behavioral_trust_score": 1.0,
+            },
+        },
+        min_relevance=0.0,
+        min_capability_match=0.0,
+    )
+    world.serve("http://b", b)
+    assert "perfect-poet" in labels(ask(b, intent=INTENT, limit=5))  # the peer admits it
+    a = world.ans("a", {}, peers=(Peer("http://b", 2),))
+    got = ask(a, intent=INTENT, limit=5)
+    assert labels(got) == ["peer-auditor"]
+    assert got["total_matches"] == 1
+    assert all(r["capability_match_score"] >= a.relevance.threshold for r in got["results"])
+    assert got["relevance"]["gate"] == "calibrated"
+    drops = audit_events(a, "federation_drop")
+    assert ("below_capability_floor", 1) in [(d["code"], d["count"]) for d in drops]
 
 
 def test_peer_ignoring_the_tier_floor_and_zone(world: World) -> None:

@@ -1,0 +1,211 @@
+"""The relevance gate: which agents are *matches* for an intent.
+
+The ranking formula (0.3 tier + 0.4 behavioral + 0.3 capability) orders a
+match set; it does not choose it. The match set is decided here, from
+capability evidence alone (DESIGN.md, "What counts as a match"):
+
+1. **Calibration.** The matcher's fused score (``ans.matcher``) is turned into
+   ``capability_match_score``: the estimated probability that the agent is the
+   one the intent asks for, from a logistic model over the fused score, its
+   margin to the query's best fused score, its ratio to it, and the same two
+   kinds of evidence per component (context, capability, lexical, example).
+   A compound intent's parts are calibrated too (a smaller model over the
+   part's fused score), and an agent keeps ``max(p_whole, part_weight *
+   p_part)``, so an agent that does one part well is still a match.
+2. **The gate.** An agent is a match when its capability_match_score is at
+   least ``min_relevance`` *and* its fused score is at least the raw floor
+   ``min_capability_match``. A fused score of at least ``strong_match`` is
+   capable on its own evidence: its capability_match_score is raised to
+   ``min_relevance``, so a relevant runner-up is never gated out because a
+   star matches better. The gate is a predicate on the published
+   score, so a caller can check every answer, and federation applies the
+   very same predicate to peers' results and to the merged set.
+
+The model has no rank feature on purpose: twenty replicas of one agent all
+keep the probability of the first one (a rank feature would admit only a few).
+
+The coefficients were fitted by ``bench/relevance_fit.py`` on the MetaTool
+*example tasks* only (two folds: half of each tool's examples indexed, the
+other half asked), never on the evaluation queries; the script reproduces
+them and chose ``min_relevance`` and ``part_weight`` by cross-fitting on the
+two folds (bench/results/relevance_fit.json).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from .matcher import _Pass
+
+Floats = npt.NDArray[np.float64]
+
+# Component evidence the whole-intent model reads, in feature order.
+MODEL_COMPONENTS = ("context", "capability", "lexical", "example")
+
+
+@dataclass(frozen=True, slots=True)
+class RelevanceModel:
+    """Logistic coefficients: ``whole`` over :func:`whole_features`, ``part``
+    over :func:`part_features` (intercept first)."""
+
+    name: str
+    whole: tuple[float, ...]
+    part: tuple[float, ...]
+
+
+# bench/relevance_fit.py, 2-fold over the MetaTool example tasks (see the module docstring).
+FITTED = RelevanceModel(
+    name="metatool-example-tasks-2fold-v1",
+    whole=(
+        -4.438734178080966,
+        5.159135316708747,
+        5.153750256614242,
+        3.2608247420014904,
+        -1.952225875541248,
+        -4.831285315559793,
+        3.8640695992647314,
+        -6.953469102278436,
+        3.6834254186122357,
+        -10.377991048355513,
+        -3.0864236748723775,
+        -2.010291303760695,
+    ),
+    part=(
+        -5.365396273938542,
+        9.696837378743812,
+        -16.810823060242193,
+        2.169401085254245,
+    ),
+)
+
+
+def _relative(values: Floats, best: float | None = None) -> list[Floats]:
+    """``values``, the margin to their best and the ratio to their best."""
+    if best is None:
+        best = float(values.max()) if len(values) else 0.0
+    ratio = values / best if best > 0 else np.zeros_like(values)
+    return [values, best - values, ratio]
+
+
+def part_features(fused: Floats) -> Floats:
+    """(n, 4): intercept, fused score, margin to the best, ratio to the best."""
+    return np.stack([np.ones_like(fused), *_relative(fused)], axis=1)
+
+
+def whole_components(whole: _Pass, n: int) -> list[Floats]:
+    """The components the whole-intent model reads (an absent one is 0)."""
+    from .matcher import example_value
+
+    if whole.ctx is None or whole.cap is None or whole.lexical is None:
+        return [np.zeros(n) for _ in MODEL_COMPONENTS]
+    example = np.zeros(n)
+    if whole.ex is not None and whole.has_ex is not None:
+        example = np.where(whole.has_ex, example_value(whole.ex), 0.0).astype(np.float64)
+    return [
+        np.clip(whole.ctx, 0.0, 1.0).astype(np.float64),
+        np.clip(whole.cap, 0.0, 1.0).astype(np.float64),
+        whole.lexical.astype(np.float64),
+        example,
+    ]
+
+
+def maxima(final: Floats, components: list[Floats]) -> Floats:
+    """The best final fused score and the best of each component."""
+    return np.array([float(v.max()) if len(v) else 0.0 for v in (final, *components)])
+
+
+def whole_features(final: Floats, components: list[Floats], best: Floats | None = None) -> Floats:
+    """(n, 12): intercept, then value and margin to the best for the final fused
+    score (plus its ratio to the best) and for each of :data:`MODEL_COMPONENTS`."""
+    top = maxima(final, components) if best is None else best
+    cols = [np.ones_like(final), *_relative(final, float(top[0]))]
+    for c, b in zip(components, top[1:].tolist(), strict=True):
+        cols += [c, b - c]
+    return np.stack(cols, axis=1)
+
+
+def _sigmoid(x: Floats) -> Floats:
+    out: Floats = 1.0 / (1.0 + np.exp(-np.clip(x, -60.0, 60.0)))
+    return out
+
+
+def calibrate(
+    model: RelevanceModel,
+    final: Floats,
+    whole: _Pass,
+    parts: list[Any],
+    part_weight: float,
+    best: Floats | None = None,
+) -> Floats:
+    """capability_match_score of every candidate (unrounded, in [0, 1]).
+    ``best``: the maxima to measure margins against (:func:`maxima`), when the
+    candidates are not the whole query (one agent scored on its own)."""
+    n = len(final)
+    if n == 0:
+        return np.zeros(0)
+    x = whole_features(final, whole_components(whole, n), best)
+    p = _sigmoid(x @ np.asarray(model.whole))
+    if part_weight > 0:
+        coef = np.asarray(model.part)
+        for part in parts:
+            fused = np.asarray(part.fused, dtype=np.float64)
+            if fused.any():
+                p = np.maximum(p, part_weight * _sigmoid(part_features(fused) @ coef))
+    out: Floats = np.where(final > 0, p, 0.0)
+    return out
+
+
+GATES = ("calibrated", "floor")
+
+
+@dataclass(frozen=True, slots=True)
+class RelevanceGate:
+    """What counts as a match ([discovery] in the config). ``kind`` "floor" is
+    the gate before calibration (every agent whose fused score reaches
+    ``min_capability_match``, the fused score published as it is); it is kept
+    for comparison and for operators who rank a catalog of near-equals."""
+
+    kind: str = "calibrated"
+    min_relevance: float = 0.04  # least capability_match_score of a match
+    min_capability_match: float = 0.05  # least fused score of a match (the raw floor)
+    part_weight: float = 0.1  # weight of a compound intent's best part
+    # A fused score this high is capable on its own evidence, however much
+    # better another agent matches: its capability_match_score is raised to
+    # min_relevance (a relevant runner-up is never gated out by a star).
+    strong_match: float = 0.25
+    model: RelevanceModel = FITTED
+
+    def scores(
+        self, final: Floats, whole: _Pass, parts: list[Any], best: Floats | None = None
+    ) -> Floats:
+        """capability_match_score of every candidate under this gate (unrounded)."""
+        p = calibrate(self.model, final, whole, parts, self.part_weight, best)
+        out: Floats = np.where(final >= self.strong_match, np.maximum(p, self.min_relevance), p)
+        return out
+
+    def admits(self, capability_match_score: float) -> bool:
+        """The gate on a published score (a peer's result, the merged set)."""
+        return capability_match_score >= self.threshold
+
+    @property
+    def threshold(self) -> float:
+        """The least published capability_match_score of a match."""
+        return self.min_relevance if self.kind == "calibrated" else self.min_capability_match
+
+    def describe(self) -> dict[str, Any]:
+        """The gate as it is reported inside every signed result with an intent."""
+        if self.kind == "floor":
+            return {"gate": "floor", "min_capability_match_score": self.min_capability_match}
+        return {
+            "gate": "calibrated",
+            "model": self.model.name,
+            "min_capability_match_score": self.min_relevance,
+            "min_fused_score": self.min_capability_match,
+            "strong_match": self.strong_match,
+            "part_weight": self.part_weight,
+        }
