@@ -13,6 +13,13 @@ must verify.
 Modes: (a) descriptions only, (b) descriptions + the published example tasks,
 (c) the multi-tool queries (with examples; descriptions-only shown too).
 Recall@k = |gold in top k| / |gold|; nDCG@10 with binary relevance.
+
+Then, under "wire", every single- and multi-tool query goes through a real
+server over HTTP/2 (``limit`` 10, ``trust_tier_min`` 2, every signature
+verified) in two catalogs: *uniform* (tier 1, behavioral 0.9 for all) and
+*mixed* (seeded tier 1-2 and behavioral 0.5-1.0 per agent), with each
+relevance gate of ``--gates`` (``calibrated``, the default, and ``floor``, the
+gate before calibration).
 """
 
 from __future__ import annotations
@@ -62,6 +69,8 @@ ASKER = Identity(
 )
 K = 10
 FLOOR = float(os.environ.get("EVAL_FLOOR", str(Config().min_capability_match)))
+MIXED_SEED = 20261125
+TRUST_TIER_MIN = 2
 
 
 def find_split(explicit: Path | None) -> Path:
@@ -79,18 +88,33 @@ def label_of(tool: str) -> str:
     return "".join(c for c in label if c.isalnum() or c in "._-")[:120]
 
 
+def mixed_trust(tools: Sequence[str], seed: int = MIXED_SEED) -> dict[str, tuple[int, float]]:
+    """A realistic catalog: seeded trust tier 1-2 and behavioral score 0.5-1.0 per agent."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return {
+        t: (int(rng.integers(1, 3)), round(float(rng.uniform(0.5, 1.0)), 3)) for t in sorted(tools)
+    }
+
+
 def agent_docs(
-    data: dict[str, Any], descriptions: dict[str, str], with_examples: bool
+    data: dict[str, Any],
+    descriptions: dict[str, str],
+    with_examples: bool,
+    trust: dict[str, tuple[int, float]] | None = None,
 ) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
-    """(tool, unsigned manifest, capability document) for every tool."""
+    """(tool, unsigned manifest, capability document) for every tool; ``trust``
+    maps a tool to (tier, behavioral score), default tier 1 and 0.9 for all."""
     out = []
     for tool in sorted(data["examples"]):
+        tier, behavioral = (trust or {}).get(tool, (1, 0.9))
         entry = {
             "agent_label": label_of(tool),
             "org_domain": "metatool.example",
             "governance_zone": "zone:public",
-            "trust_tier": 1,
-            "behavioral_trust_score": 0.9,
+            "trust_tier": tier,
+            "behavioral_trust_score": behavioral,
             "principal_org": "MetaTool",
             "authority_scope_categories": ["tools:invoke"],
             "supported_methods": ["QUERY"],
@@ -209,6 +233,70 @@ def http_check(
     }
 
 
+def wire_eval(
+    workdir: Path,
+    gov: SigningKey,
+    docs: list[tuple[str, dict[str, Any], dict[str, Any]]],
+    queries: dict[str, list[tuple[str, list[str]]]],
+    gate: str,
+) -> dict[str, Any]:
+    """ACTIVATE ``docs`` on a real ``ans serve`` (relevance gate ``gate``) and ask
+    every query over HTTP/2 (limit 10, trust_tier_min 2); every answer's
+    signature is verified. Metrics per query set, and the client-side p50."""
+    config = workdir / f"bench-{gate}.toml"
+    config.write_text(
+        f'[rate_limit]\nenabled = false\n[discovery]\nrelevance_gate = "{gate}"\n',
+        encoding="utf-8",
+    )
+    server = start_server(
+        workdir / f"wire-{gate}",
+        "--governance-jwks",
+        str(workdir / "gov.jwks.json"),
+        "--log-level",
+        "warning",
+        "--config",
+        str(config),
+    )
+    tool_of: dict[str, str] = {}
+    out: dict[str, Any] = {"gate": gate}
+    try:
+        with AgtpClient(
+            server.url, agent_id=GOV.agent_id, principal_id="eval", scope="discovery:register"
+        ) as gclient:
+            for i, (tool, manifest, caps) in enumerate(docs):
+                params = {
+                    "manifest": sign_document(manifest, gov, "signature"),
+                    "capabilities": caps,
+                }
+                resp = gclient.call("ACTIVATE", params, task_id=f"act-{i}")
+                if resp.status != 200:
+                    sys.exit(f"metatool_eval: ACTIVATE over HTTP failed: {resp.body}")
+                tool_of[manifest["canonical_id"]] = tool
+        with AgtpClient(
+            server.url, agent_id=ASKER.agent_id, principal_id="eval", scope="discovery:query"
+        ) as client:
+            jwks = client.jwks()
+            times: list[float] = []
+            for name, items in queries.items():
+                ranked, sizes = [], []
+                for i, (q, _) in enumerate(items):
+                    params = {"intent": q, "limit": K, "trust_tier_min": TRUST_TIER_MIN}
+                    t0 = time.perf_counter()
+                    resp = client.discover(params, task_id=f"{name}-{i}")
+                    times.append(time.perf_counter() - t0)
+                    verify_discover_result(resp.result, jwks, params)
+                    ranked.append([tool_of[r["canonical_id"]] for r in resp.result["results"]])
+                    sizes.append(resp.result["total_matches"])
+                out[name] = metrics(ranked, [g for _, g in items])
+                out[name]["mean_total_matches"] = round(sum(sizes) / len(sizes), 2)
+                out[name]["signatures_verified"] = len(items)
+            times.sort()
+            out["client_p50_ms"] = round(1000 * times[len(times) // 2], 3)
+    finally:
+        stop_server(server)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, help="folder with split.json and plugin_des.json")
@@ -226,6 +314,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(bench/onnx_embedder.py; needs onnxruntime and --onnx-tokenizer)",
     )
     ap.add_argument("--onnx-tokenizer", type=Path, help="its tokenizer.json")
+    ap.add_argument(
+        "--gates",
+        default="calibrated,floor",
+        help="relevance gates to run through the real server in both trust modes ('' for none)",
+    )
     args = ap.parse_args(argv)
     if (args.onnx_model is None) != (args.onnx_tokenizer is None):
         ap.error("--onnx-model and --onnx-tokenizer go together")
@@ -287,6 +380,38 @@ def main(argv: Sequence[str] | None = None) -> int:
                 sample = [q for q, _ in singles[::step]][: args.http_sample]
                 report["http_check"] = http_check(workdir, gov, docs, sample, service)
             service.store.close()
+        gates = [g for g in args.gates.split(",") if g]
+        if gates and args.onnx_model is None:
+            # Through the real server: uniform and mixed trust, every gate asked for.
+            queries = {
+                "single": [(q, [t]) for q, t in singles],
+                "multi": [(q, list(ts)) for q, ts in multis],
+            }
+            tools = sorted(data["examples"])
+            trust_modes = {"uniform": None, "mixed": mixed_trust(tools)}
+            report["wire"] = {
+                "trust_tier_min": TRUST_TIER_MIN,
+                "limit": K,
+                "mixed_trust": f"seed {MIXED_SEED}: tier 1-2, behavioral 0.5-1.0 per agent",
+            }
+            for mode, trust in trust_modes.items():
+                docs = agent_docs(data, descriptions, True, trust)
+                for gate in gates:
+                    workdir = Path(tmp) / f"wire-{mode}-{gate}"
+                    workdir.mkdir()
+                    (workdir / "gov.jwks.json").write_text(
+                        json.dumps({"keys": [gov.public.jwk()]}), encoding="utf-8"
+                    )
+                    got = wire_eval(workdir, gov, docs, queries, gate)
+                    report["wire"].setdefault(mode, {})[gate] = got
+                    for name in ("single", "multi"):
+                        m = got[name]
+                        print(
+                            f"wire {mode:8s} {gate:10s} {name:6s} R@1 {m['recall@1']:.3f}  "
+                            f"R@5 {m['recall@5']:.3f}  nDCG@10 {m['ndcg@10']:.3f}  "
+                            f"matches {m['mean_total_matches']}",
+                            flush=True,
+                        )
     report["c_multi_tool"] = report["c_multi_tool_examples"]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
