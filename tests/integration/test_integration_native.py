@@ -135,7 +135,7 @@ def test_native_url_is_announced(demo: RunningServer) -> None:
 
 def test_discover_same_results_as_http2_and_signed(demo: RunningServer) -> None:
     assert demo.native_url is not None
-    params = {"intent": "book a flight to Lisbon for next Tuesday", "limit": 10}
+    params = {"intent": "audit Solidity smart contracts for reentrancy", "limit": 10}
     with NativeClient(demo.native_url) as nc:
         answer = nc.call("DISCOVER", params, "task-native-1")
     assert answer.status == 200
@@ -479,7 +479,7 @@ def test_cli_discover_over_the_native_framing(
     demo: RunningServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert demo.native_url is not None
-    intent = "book a flight to Lisbon for next Tuesday"
+    intent = "audit Solidity smart contracts for reentrancy"  # four matches at tiers 1-2
     assert main(["discover", intent, "--limit", "4", "--server", demo.native_url, "--json"]) == 0
     out = capsys.readouterr().out
     with h2_client(demo.url) as c:
