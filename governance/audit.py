@@ -193,7 +193,7 @@ class AuditLog:
                     "audit log write failed; the record waits in memory",
                     path=str(self.path),
                     error=str(exc),
-                    event=entry.get("event"),
+                    audit_event=entry.get("event"),
                     backlog=len(self._backlog),
                 )
                 return None
