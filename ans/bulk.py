@@ -244,21 +244,16 @@ def run_import(
     def flush() -> None:
         if not pending:
             return
-        stored, unchanged, refused = service.activate_many([v for _, _, v in pending])
+        stored, unchanged, refused = service.activate_many(
+            [v for _, _, v in pending], requester_fields(identity, "ACTIVATE", None)
+        )
         for i, exc in refused:
             fi, lineno, v = pending[i]
             refuse(fi, lineno, exc.status, exc.code, exc.message, v[0]["canonical_id"])
         report.unchanged += unchanged
-        if stored:
+        if stored:  # audited with the batch's own transaction
             report.imported += len(stored)
             report.batches += 1
-            service.audit.record(
-                "bulk_import_batch",
-                count=len(stored),
-                first_canonical_id=stored[0],
-                last_canonical_id=stored[-1],
-                **requester_fields(identity, "ACTIVATE", None),
-            )
         pending.clear()
 
     with ctx.Pool(workers, _init_worker, (trusted_jwks, max_line)) as pool:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,9 +27,22 @@ class RunningServer:
     native_url: str | None = None
 
 
-def start_server(data_dir: Path, *extra: str) -> RunningServer:
+def start_server(
+    data_dir: Path, *extra: str, wrapper: Sequence[str] = ()
+) -> RunningServer:
+    """``wrapper``: a command that runs ``ans serve`` (e.g. in a mount
+    namespace with the data directory on a small file system)."""
     ans = Path(sys.executable).with_name("ans")
-    cmd = [str(ans), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir), *extra]
+    cmd = [
+        *wrapper,
+        str(ans),
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        str(data_dir),
+        *extra,
+    ]
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,

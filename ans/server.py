@@ -41,6 +41,7 @@ from ans.governance.policy import ZonePolicy
 from . import hypercorn_fixes
 from .ann import AnnSettings
 from .app import AnsApp
+from .audited import recover as recover_audit
 from .config import Config
 from .gate import RequestGate
 from .matcher import (
@@ -235,6 +236,7 @@ def build_service(
             clock=clock,
         )
     store = SQLiteStore(data / REGISTRY_FILE)
+    recover_audit(store, audit)  # committed changes a crash left without their record
     matcher, snapshot = load_index(
         data / INDEX_DIR, embedder or WordLlamaEmbedder(), store, config.index
     )
@@ -299,6 +301,8 @@ def build_offline_service(
 
     faiss.omp_set_num_threads(1)
     store = SQLiteStore(data / REGISTRY_FILE)
+    audit = AuditLog(data / "audit.jsonl", clock, fsync=config.audit_fsync)
+    recover_audit(store, audit)
     matcher, snapshot = load_index(
         data / INDEX_DIR, embedder or WordLlamaEmbedder(), store, config.index
     )
@@ -308,7 +312,7 @@ def build_offline_service(
         matcher=matcher,
         signing_key=signing_key,
         governance_keys=trusted,
-        audit=AuditLog(data / "audit.jsonl", clock, fsync=config.audit_fsync),
+        audit=audit,
         clock=clock,
     )
     service.load(snapshot)

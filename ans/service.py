@@ -77,6 +77,7 @@ from ans.protocol.messages import (
     Limits,
 )
 
+from .audited import publish, require_writable
 from .config import Config
 from .freshness import merge_pinned
 from .matcher import CapabilityMatcher, profile_from
@@ -720,10 +721,22 @@ class AnsService:
         now = rfc3339(self.clock())
         with self._activate_lock:  # serialises ACTIVATE and lifecycle events
             previous, unchanged = self._admissible(cid, manifest, req.capabilities)
+            audit = self.audit.entry(
+                "activation",
+                status=200,
+                **requester_fields(req.identity, "ACTIVATE", req.task_id),
+                canonical_id=cid,
+                signer_kid=verified.signer_kid,
+                trust_tier=int(manifest["trust_tier"]),
+                governance_zone=manifest["governance_zone"],
+                replaced=previous is not None and not unchanged,
+                unchanged=unchanged,
+            )
             if unchanged:
                 assert previous is not None
                 stored = previous
             else:
+                require_writable(self.audit)  # 503, nothing applied
                 stored = StoredAgent(
                     canonical_id=cid,
                     manifest=manifest,
@@ -733,24 +746,18 @@ class AnsService:
                     registered_at=previous.registered_at if previous else now,
                     updated_at=now,
                 )
-                self.store.upsert(stored)  # durable (WAL, synchronous=FULL) before we answer
+                # The agent and its audit record, durable (WAL, synchronous=FULL)
+                # in one transaction before we answer; then the record to the log.
+                ref = self.store.upsert(stored, audit)
+                publish(self.store, self.audit, ref, audit)
                 if vectors is None:
                     vectors = self.matcher.embed_profile(profile)
                 entry = AgentEntry.from_stored(stored)
                 with self._lock:
                     self.matcher.upsert(profile, vectors)
                     self._index_entry(entry)
-        self.audit.record(
-            "activation",
-            status=200,
-            **requester_fields(req.identity, "ACTIVATE", req.task_id),
-            canonical_id=cid,
-            signer_kid=verified.signer_kid,
-            trust_tier=int(manifest["trust_tier"]),
-            governance_zone=manifest["governance_zone"],
-            replaced=previous is not None and not unchanged,
-            unchanged=unchanged,
-        )
+        if unchanged:  # no state change: the record alone (never raises)
+            self.audit.append(audit)
         log.info(
             "agent activated",
             canonical_id=cid,
@@ -769,13 +776,19 @@ class AnsService:
 
     # -- bulk ACTIVATE (ans import) -----------------------------------------------------
     def activate_many(
-        self, verified: Sequence[tuple[dict[str, Any], dict[str, Any], str]]
+        self,
+        verified: Sequence[tuple[dict[str, Any], dict[str, Any], str]],
+        requester: Mapping[str, Any],
     ) -> tuple[list[str], int, list[tuple[int, AgtpError]]]:
         """ACTIVATE a batch of already verified (manifest, capabilities,
         signer_kid), as if one after another: the same admissibility rules
         (tombstoned 410, Suspended 409, stale 409, unchanged), a later line for
         the same canonical id checked against the earlier one. Then one store
         transaction, one batched embedding, one index update.
+
+        The batch's audit record (``bulk_import_batch``, with ``requester``
+        fields) is committed with it; the store or audit log unwritable
+        raises 503 ``storage_unavailable`` with nothing applied.
 
         Returns (stored canonical ids in order, unchanged count,
         [(position in ``verified``, refusal)])."""
@@ -821,7 +834,17 @@ class AnsService:
                     updated_at=now,
                 )
             agents = list(pending.values())
-            self.store.upsert_many(agents)  # durable first
+            if agents:
+                require_writable(self.audit)
+                audit = self.audit.entry(
+                    "bulk_import_batch",
+                    count=len(agents),
+                    first_canonical_id=agents[0].canonical_id,
+                    last_canonical_id=agents[-1].canonical_id,
+                    **requester,
+                )
+                ref = self.store.upsert_many(agents, audit)  # durable first, with its record
+                publish(self.store, self.audit, ref, audit)
             profiles = [profile_from(a.manifest, a.capabilities) for a in agents]
             vectors = self.matcher.embed_profiles(profiles)
             entries = [AgentEntry.from_stored(a) for a in agents]
@@ -872,7 +895,21 @@ class AnsService:
                 reason=exc.message,
             )
             raise
-        self.audit.record(
+        if result["replayed"]:  # no state change: the record alone (never raises)
+            self.audit.append(self._lifecycle_entry(req, record, replayed=True))
+        log.info(
+            "lifecycle event",
+            lifecycle_event=record.event,
+            canonical_id=record.canonical_id,
+            state=record.state_after,
+            replayed=result["replayed"],
+        )
+        return result
+
+    def _lifecycle_entry(
+        self, req: LifecycleRequest, record: EventRecord, *, replayed: bool
+    ) -> dict[str, Any]:
+        entry: dict[str, Any] = self.audit.entry(
             "lifecycle_event",
             status=200,
             **requester_fields(req.identity, "LIFECYCLE", req.task_id),
@@ -883,17 +920,10 @@ class AnsService:
             signer_kid=record.signer_kid,
             state_before=record.state_before,
             state_after=record.state_after,
-            replayed=result["replayed"],
+            replayed=replayed,
             reason=record.document.get("reason"),
         )
-        log.info(
-            "lifecycle event",
-            lifecycle_event=record.event,
-            canonical_id=record.canonical_id,
-            state=record.state_after,
-            replayed=result["replayed"],
-        )
-        return result
+        return entry
 
     def _lifecycle(self, req: LifecycleRequest) -> tuple[dict[str, Any], EventRecord]:
         c = self.config
@@ -957,7 +987,10 @@ class AnsService:
                 if target in RETIRED
                 else None
             )
-            self.store.apply_lifecycle(record, now, tombstone)  # durable first
+            require_writable(self.audit)  # 503, nothing applied
+            audit = self._lifecycle_entry(req, record, replayed=False)
+            ref = self.store.apply_lifecycle(record, now, tombstone, audit)  # durable first
+            publish(self.store, self.audit, ref, audit)
             with self._lock:
                 if target == ACTIVE:
                     self._withdrawn.pop(cid, None)
@@ -1021,20 +1054,21 @@ class AnsService:
             ):
                 return False  # re-activated, deregistered or removed while we asked
             updated = replace(current, capabilities=caps, updated_at=now)
-            self.store.upsert(updated)
+            require_writable(self.audit)
+            audit = self.audit.entry(
+                "capabilities_refreshed",
+                method="DESCRIBE",
+                canonical_id=canonical_id,
+                agent_label=stored.manifest.get("agent_label"),
+                changed_fields=sorted(
+                    k
+                    for k in caps.keys() | stored.capabilities.keys()
+                    if caps.get(k) != stored.capabilities.get(k)
+                )[:32],
+            )
+            publish(self.store, self.audit, self.store.upsert(updated, audit), audit)
             self.matcher.upsert(profile, vectors)
             self._index_entry(AgentEntry.from_stored(updated))
-        self.audit.record(
-            "capabilities_refreshed",
-            method="DESCRIBE",
-            canonical_id=canonical_id,
-            agent_label=stored.manifest.get("agent_label"),
-            changed_fields=sorted(
-                k
-                for k in caps.keys() | stored.capabilities.keys()
-                if caps.get(k) != stored.capabilities.get(k)
-            )[:32],
-        )
         log.info("capabilities refreshed", canonical_id=canonical_id)
         return True
 
@@ -1061,20 +1095,22 @@ class AnsService:
                 or canonical_id not in self._registry
             ):
                 return False
+            require_writable(self.audit)
             event_id = before_removal(stored) if before_removal is not None else None
-            self.store.upsert(replace(stored, lifecycle_state="Removed", updated_at=now))
+            audit = self.audit.entry(
+                "freshness_removal",
+                method="DESCRIBE",
+                canonical_id=canonical_id,
+                agent_label=stored.manifest.get("agent_label"),
+                org_domain=stored.manifest.get("org_domain"),
+                reason=reason,
+                failures=failures,
+                last_error=last_error,
+                event_id=event_id,
+            )
+            removed = replace(stored, lifecycle_state="Removed", updated_at=now)
+            publish(self.store, self.audit, self.store.upsert(removed, audit), audit)
             self._unindex(canonical_id)
-        self.audit.record(
-            "freshness_removal",
-            method="DESCRIBE",
-            canonical_id=canonical_id,
-            agent_label=stored.manifest.get("agent_label"),
-            org_domain=stored.manifest.get("org_domain"),
-            reason=reason,
-            failures=failures,
-            last_error=last_error,
-            event_id=event_id,
-        )
         log.warning(
             "agent removed for freshness",
             canonical_id=canonical_id,

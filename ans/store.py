@@ -16,6 +16,12 @@ JSON, so start-up never decodes a manifest, and a store-wide ``change_seq``
 persisted index snapshot knows exactly which rows changed after it was
 written. v1/v2 files are migrated in place (columns backfilled from the JSON
 once).
+
+Every state change carries its audit record into the same transaction (the
+``audit_outbox`` table): a change is never committed without its record, and
+``ans.audited`` appends the record to the audit log after the commit, or at
+the next start-up after a crash. A write that fails for lack of storage (disk
+full, I/O error) is rolled back and raised as 503 ``storage_unavailable``.
 """
 
 from __future__ import annotations
@@ -24,12 +30,18 @@ import fcntl
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
 import orjson
+import structlog
+
+from ans.protocol.errors import StorageUnavailable
+
+log = structlog.get_logger("ans.store")
 
 SCHEMA_VERSION = 3
 _AGENT_COLUMNS = (
@@ -114,9 +126,15 @@ class Tombstone:
     recorded_at: str
 
 
+# An audit record not yet chained (AuditLog.entry), committed with its change.
+AuditEntry = Mapping[str, Any]
+
+
 class RegistryStore(Protocol):
-    def upsert(self, agent: StoredAgent) -> None: ...
-    def upsert_many(self, agents: Sequence[StoredAgent]) -> None: ...
+    def upsert(self, agent: StoredAgent, audit: AuditEntry | None = None) -> int | None: ...
+    def upsert_many(
+        self, agents: Sequence[StoredAgent], audit: AuditEntry | None = None
+    ) -> int | None: ...
     def get(self, canonical_id: str) -> StoredAgent | None: ...
     def get_many(self, canonical_ids: Iterable[str]) -> dict[str, StoredAgent]: ...
     def iter_active(self) -> Iterator[StoredAgent]: ...
@@ -124,8 +142,14 @@ class RegistryStore(Protocol):
     def changed_since(self, seq: int) -> Iterator[StoredAgent]: ...
     def max_seq(self) -> int: ...
     def apply_lifecycle(
-        self, event: EventRecord, updated_at: str, tombstone: Tombstone | None
-    ) -> None: ...
+        self,
+        event: EventRecord,
+        updated_at: str,
+        tombstone: Tombstone | None,
+        audit: AuditEntry | None = None,
+    ) -> int | None: ...
+    def audit_outbox(self) -> list[tuple[int, dict[str, Any]]]: ...
+    def trim_audit_outbox(self, upto: int) -> None: ...
     def get_event(self, event_id: str) -> EventRecord | None: ...
     def last_event(self, canonical_id: str) -> EventRecord | None: ...
     def tombstone(self, canonical_id: str) -> Tombstone | None: ...
@@ -194,6 +218,12 @@ class SQLiteStore:
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)"
         )
+        # Audit records committed with their state change; the id (never
+        # reused) is the record's registry_txn in the audit log.
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS audit_outbox "
+            "(id INTEGER PRIMARY KEY AUTOINCREMENT, entry BLOB NOT NULL)"
+        )
         if version in (1, 2):
             self._migrate_to_v3()
         self._db.execute("CREATE INDEX IF NOT EXISTS agents_by_change_seq ON agents (change_seq)")
@@ -215,8 +245,7 @@ class SQLiteStore:
         change_seq, backfilled from the stored JSON (the only time it is read
         at start-up)."""
         have = {row[1] for row in self._db.execute("PRAGMA table_info(agents)")}
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction():
             for name, kind in (
                 ("trust_tier", "INTEGER"),
                 ("behavioral_trust_score", "REAL"),
@@ -244,10 +273,59 @@ class SQLiteStore:
                 "INSERT OR REPLACE INTO meta VALUES ('change_seq', ?)", (len(updates),)
             )
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """BEGIN IMMEDIATE ... COMMIT on the writer connection (the caller
+        holds the lock, or is the constructor). On any failure the transaction
+        is rolled back if SQLite has not already done so itself (it does after
+        a failed COMMIT, e.g. disk full), and the original error is raised;
+        a lack of storage becomes 503 ``storage_unavailable``."""
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+                self._db.execute("COMMIT")
+            except BaseException as exc:
+                if self._db.in_transaction:
+                    try:
+                        self._db.execute("ROLLBACK")
+                    except sqlite3.Error as rollback:
+                        exc.add_note(f"ROLLBACK failed too: {rollback}")
+                raise
+        except sqlite3.OperationalError as exc:
+            log.error(
+                "registry write failed; nothing applied",
+                path=str(self.path),
+                error=str(exc),
+                sqlite_error=getattr(exc, "sqlite_errorname", None),
+            )
+            raise StorageUnavailable(
+                "the registry cannot be written right now (storage unavailable); "
+                "nothing was applied, retry later"
+            ) from exc
+
+    def _outbox(self, audit: AuditEntry | None) -> int | None:
+        """Queue ``audit`` in the current transaction; its outbox id."""
+        if audit is None:
+            return None
+        cur = self._db.execute(
+            "INSERT INTO audit_outbox (entry) VALUES (?)",
+            (orjson.dumps(dict(audit), option=orjson.OPT_SORT_KEYS),),
+        )
+        return cur.lastrowid
+
+    def audit_outbox(self) -> list[tuple[int, dict[str, Any]]]:
+        """Every queued audit entry (id, entry), oldest first."""
+        with self._lock:
+            rows = self._db.execute("SELECT id, entry FROM audit_outbox ORDER BY id").fetchall()
+        return [(int(i), orjson.loads(e)) for i, e in rows]
+
+    def trim_audit_outbox(self, upto: int) -> None:
+        """Forget the queued entries up to id ``upto`` (they are in the audit
+        log, synced)."""
+        with self._lock, self._transaction():
+            self._db.execute("DELETE FROM audit_outbox WHERE id <= ?", (upto,))
 
     def _bump(self, n: int = 1) -> int:
         """Reserve ``n`` change_seq values inside the current write transaction;
@@ -271,24 +349,22 @@ class SQLiteStore:
             seq,
         )
 
-    def upsert(self, agent: StoredAgent) -> None:
-        self.upsert_many([agent])
+    def upsert(self, agent: StoredAgent, audit: AuditEntry | None = None) -> int | None:
+        return self.upsert_many([agent], audit)
 
-    def upsert_many(self, agents: Sequence[StoredAgent]) -> None:
-        """Insert or replace many agents in one transaction (one fsync)."""
+    def upsert_many(
+        self, agents: Sequence[StoredAgent], audit: AuditEntry | None = None
+    ) -> int | None:
+        """Insert or replace many agents in one transaction (one fsync), with
+        their audit record; returns the record's outbox id."""
         if not agents:
-            return
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                first = self._bump(len(agents))
-                self._db.executemany(
-                    _UPSERT, [self._params(a, first + i) for i, a in enumerate(agents)]
-                )
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+            return None
+        with self._lock, self._transaction():
+            first = self._bump(len(agents))
+            self._db.executemany(
+                _UPSERT, [self._params(a, first + i) for i, a in enumerate(agents)]
+            )
+            return self._outbox(audit)
 
     def _row(self, row: tuple[Any, ...]) -> StoredAgent:
         return StoredAgent(
@@ -370,51 +446,51 @@ class SQLiteStore:
         return int(row[0]) if row else 0
 
     def apply_lifecycle(
-        self, event: EventRecord, updated_at: str, tombstone: Tombstone | None
-    ) -> None:
-        """One transaction: the agent's new state, the event, the tombstone."""
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
+        self,
+        event: EventRecord,
+        updated_at: str,
+        tombstone: Tombstone | None,
+        audit: AuditEntry | None = None,
+    ) -> int | None:
+        """One transaction: the agent's new state, the event, the tombstone,
+        the audit record (its outbox id is returned)."""
+        with self._lock, self._transaction():
+            self._db.execute(
+                "UPDATE agents SET lifecycle_state = ?, updated_at = ?, change_seq = ? "
+                "WHERE canonical_id = ?",
+                (event.state_after, updated_at, self._bump(), event.canonical_id),
+            )
+            self._db.execute(
+                "INSERT INTO lifecycle_events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    event.event_id,
+                    event.canonical_id,
+                    event.event,
+                    event.issued_at,
+                    event.applied_at,
+                    event.signer_kid,
+                    event.state_before,
+                    event.state_after,
+                    orjson.dumps(event.document),
+                ),
+            )
+            if tombstone is not None:
                 self._db.execute(
-                    "UPDATE agents SET lifecycle_state = ?, updated_at = ?, change_seq = ? "
-                    "WHERE canonical_id = ?",
-                    (event.state_after, updated_at, self._bump(), event.canonical_id),
-                )
-                self._db.execute(
-                    "INSERT INTO lifecycle_events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    """INSERT INTO tombstones VALUES (?, ?, ?, ?, ?, ?)
+                       ON CONFLICT(canonical_id) DO UPDATE SET
+                         state=excluded.state, event_id=excluded.event_id,
+                         issued_at=excluded.issued_at, reason=excluded.reason,
+                         recorded_at=excluded.recorded_at""",
                     (
-                        event.event_id,
-                        event.canonical_id,
-                        event.event,
-                        event.issued_at,
-                        event.applied_at,
-                        event.signer_kid,
-                        event.state_before,
-                        event.state_after,
-                        orjson.dumps(event.document),
+                        tombstone.canonical_id,
+                        tombstone.state,
+                        tombstone.event_id,
+                        tombstone.issued_at,
+                        tombstone.reason,
+                        tombstone.recorded_at,
                     ),
                 )
-                if tombstone is not None:
-                    self._db.execute(
-                        """INSERT INTO tombstones VALUES (?, ?, ?, ?, ?, ?)
-                           ON CONFLICT(canonical_id) DO UPDATE SET
-                             state=excluded.state, event_id=excluded.event_id,
-                             issued_at=excluded.issued_at, reason=excluded.reason,
-                             recorded_at=excluded.recorded_at""",
-                        (
-                            tombstone.canonical_id,
-                            tombstone.state,
-                            tombstone.event_id,
-                            tombstone.issued_at,
-                            tombstone.reason,
-                            tombstone.recorded_at,
-                        ),
-                    )
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+            return self._outbox(audit)
 
     @staticmethod
     def _event(row: tuple[Any, ...]) -> EventRecord:

@@ -206,6 +206,13 @@ class Unavailable(AgtpError):
     code = "unavailable"
 
 
+class StorageUnavailable(Unavailable):
+    """The registry or the audit log could not be written (disk full, I/O
+    error): the change was not applied and nothing was stored; retry later."""
+
+    code = "storage_unavailable"
+
+
 REQUIRED_HEADER_CODES = {
     "agent-id": "missing_agent_id",
     "principal-id": "missing_principal_id",

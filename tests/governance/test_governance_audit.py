@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
 import pytest
+import structlog
 from ans.governance.audit import (
     GENESIS,
     AuditLog,
@@ -235,3 +238,110 @@ def test_caller_fields_cannot_corrupt_chain(log: AuditLog, path: Path) -> None:
     records = [orjson.loads(line) for line in lines(path)]
     assert [r["seq"] for r in records] == [1, 2, 3]
     assert verify_chain(lines(path)) is None
+
+
+# -- a disk that fails (injected writer): the chain stays whole ---------------------------
+class Disk:
+    """os.write, until ``full``: then ENOSPC, after writing ``partial`` bytes
+    of the line (a short write, as a filling disk gives)."""
+
+    def __init__(self) -> None:
+        self.full = False
+        self.partial = 0
+
+    def __call__(self, fd: int, data: bytes) -> int:
+        if not self.full:
+            return os.write(fd, data)
+        if self.partial and len(data) > self.partial:
+            return os.write(fd, data[: self.partial])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("partial", [0, 17])
+def test_failed_write_leaves_the_chain_whole_and_is_written_later(
+    path: Path, partial: int
+) -> None:
+    disk = Disk()
+    audit = AuditLog(path, clock, write=disk)
+    write_records(audit, 2)
+    before = path.read_bytes()
+    disk.full, disk.partial = True, partial
+    with structlog.testing.capture_logs() as logs:
+        assert audit.record("scope_violation", status=451, agent_id="a-3") is None
+        assert audit.record("scope_violation", status=451, agent_id="a-4") is None
+    assert path.read_bytes() == before  # nothing half-written stays behind
+    assert audit.backlog == 2
+    assert not audit.writable()
+    assert [e["log_level"] for e in logs] == ["error", "error"]
+    assert "audit log write failed" in logs[0]["event"]
+    assert isinstance(check_chain(lines(path)), ChainHead)
+    disk.full = False
+    rec = audit.record("scope_violation", status=451, agent_id="a-5")
+    assert rec is not None and rec["seq"] == 5
+    audit.close()
+    records = [orjson.loads(x) for x in lines(path)]
+    assert [r["seq"] for r in records] == [1, 2, 3, 4, 5]
+    assert [r["agent_id"] for r in records] == [f"agent-{i}" for i in (1, 2)] + [
+        "a-3",
+        "a-4",
+        "a-5",
+    ]
+    head = check_chain(lines(path))
+    assert head == ChainHead(5, 5, hashlib.sha256(lines(path)[-1].rstrip(b"\n")).hexdigest())
+
+
+def test_failed_write_then_reopen_continues_the_chain(path: Path) -> None:
+    disk = Disk()
+    audit = AuditLog(path, clock, write=disk)
+    write_records(audit, 1)
+    disk.full, disk.partial = True, 5
+    audit.record("scope_violation", status=451, agent_id="lost")
+    audit.close()  # the backlog is lost with the process; the file is whole
+    again = AuditLog(path, clock)
+    write_records(again, 2)
+    again.close()
+    assert isinstance(check_chain(lines(path)), ChainHead)
+    assert [orjson.loads(x)["seq"] for x in lines(path)] == [1, 2, 3]
+
+
+def test_backlog_is_bounded_and_drops_are_recorded(path: Path) -> None:
+    disk = Disk()
+    audit = AuditLog(path, clock, write=disk, max_backlog=3)
+    disk.full = True
+    audit.append(audit.entry("activation", canonical_id="kept"), durable=True)
+    for i in range(5):
+        audit.record("scope_violation", agent_id=f"r-{i}")
+    assert audit.backlog == 3
+    disk.full = False
+    assert audit.writable()
+    audit.close()
+    records = [orjson.loads(x) for x in lines(path)]
+    assert records[0]["event"] == "audit_records_dropped" and records[0]["count"] == 3
+    assert records[1]["canonical_id"] == "kept"  # a durable record is never dropped
+    assert [r.get("agent_id") for r in records[2:]] == ["r-3", "r-4"]
+    assert isinstance(check_chain(lines(path)), ChainHead)
+
+
+def test_torn_last_line_is_cut_at_open(path: Path) -> None:
+    audit = AuditLog(path, clock)
+    write_records(audit, 2)
+    audit.close()
+    whole = path.read_bytes()
+    path.write_bytes(whole + b'{"seq": 3, "ev')  # a line cut short by a power loss
+    with structlog.testing.capture_logs() as logs:
+        again = AuditLog(path, clock)
+    assert logs[0]["log_level"] == "error" and logs[0]["bytes_dropped"] == 14
+    write_records(again, 1)
+    again.close()
+    assert isinstance(check_chain(lines(path)), ChainHead)
+    assert [orjson.loads(x)["seq"] for x in lines(path)] == [1, 2, 3]
+
+
+def test_last_value_reads_backwards(path: Path) -> None:
+    audit = AuditLog(path, clock)
+    assert audit.last_value("registry_txn") is None
+    audit.record("activation", registry_txn=7, pad="x" * 70000)
+    audit.record("activation", registry_txn=8)
+    write_records(audit, 3)
+    assert audit.last_value("registry_txn") == 8
+    audit.close()
