@@ -62,6 +62,9 @@ class Config:
     # An answer the client does not read within this many seconds is dropped:
     # the HTTP/2 stream is reset, the native connection closed.
     write_timeout: float = 30.0
+    # On SIGTERM/SIGINT the server stops accepting and answers what it has
+    # received for at most this many seconds (both listeners), then exits.
+    graceful_timeout: float = 10.0
     tls_client_ca: Path | None = None  # CA bundle for client certificates (auth mode mtls)
     # [ans] identity of this server
     data_dir: Path = Path("ans-data")
@@ -177,6 +180,8 @@ class Config:
             raise ConfigError("request_timeout must be more than 0 and at most 300 seconds")
         if not 0 < self.write_timeout <= 3600:
             raise ConfigError("write_timeout must be more than 0 and at most 3600 seconds")
+        if not 0 < self.graceful_timeout <= 3600:
+            raise ConfigError("graceful_timeout must be more than 0 and at most 3600 seconds")
         w = self.ranking
         if (
             min(w.trust_tier, w.behavioral_trust, w.capability_match) < 0
@@ -255,6 +260,7 @@ _SECTIONS = {
         "keep_alive_timeout",
         "request_timeout",
         "write_timeout",
+        "graceful_timeout",
         "tls_client_ca",
     },
     "ans": {

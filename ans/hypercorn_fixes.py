@@ -95,7 +95,7 @@ ends its connection after ``CONTROL_BURST``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import h2.errors
@@ -192,7 +192,6 @@ async def _drop(proto: Any, event: h2.events.Event) -> None:
 
 def _close_when_the_client_has_gone() -> None:
     read_data = TCPServer._read_data
-    idle_timeout = TCPServer._idle_timeout
 
     async def read_until_gone(self: Any) -> None:
         try:
@@ -217,16 +216,30 @@ def _close_when_the_client_has_gone() -> None:
         if live is not None and self in live:
             live[self] = asyncio.get_running_loop().time()  # idle from now: may be evicted
         try:
+            # Cancelled (idle_task.stop) as soon as a request starts.
             first = getattr(self.config, _FIRST_REQUEST, 0)
             if first and not _has_started_a_request(self):
-                # Cancelled (idle_task.stop) as soon as a request starts.
                 try:
                     await asyncio.wait_for(self.context.terminated.wait(), first)
                 except TimeoutError:
                     log.info("connection closed: no request within the deadline", seconds=first)
-                await asyncio.shield(self._initiate_server_close())
-                return
-            await idle_timeout(self)
+                    await asyncio.shield(self._initiate_server_close())
+                    return
+            else:
+                try:
+                    await asyncio.wait_for(
+                        self.context.terminated.wait(), self.config.keep_alive_timeout
+                    )
+                except TimeoutError:
+                    await asyncio.shield(self._initiate_server_close())
+                    return
+            # The server is stopping and this connection is idle.
+            finish: Callable[[Any], Awaitable[None]] | None = getattr(
+                self.config, _BEFORE_SHUTDOWN_CLOSE, None
+            )
+            if finish is not None:
+                await finish(self)  # e.g. HTTP/2: the GOAWAY (ans.drain)
+            await asyncio.shield(self._initiate_server_close())
         except asyncio.CancelledError:
             if live is not None and self in live:
                 live[self] = None  # a request started: busy
@@ -237,6 +250,14 @@ def _close_when_the_client_has_gone() -> None:
 
 
 _FIRST_REQUEST = "ans_first_request_timeout"
+_BEFORE_SHUTDOWN_CLOSE = "ans_before_shutdown_close"
+
+
+def before_shutdown_close(hc: Any, finish: Callable[[Any], Awaitable[None]]) -> None:
+    """Await ``finish(tcp_server)`` before closing a connection that is idle
+    when the server stops, for servers run with this hypercorn config. A
+    request starting meanwhile cancels it; it runs again at the next idle."""
+    setattr(hc, _BEFORE_SHUTDOWN_CLOSE, finish)
 
 
 def deadline_for_first_request(hc: Any, seconds: float) -> None:

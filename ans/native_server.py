@@ -33,6 +33,7 @@ h2c: for loopback and development.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 from collections import deque
 from typing import Any
@@ -98,6 +99,7 @@ class NativeListener:
         self.connections: set[NativeConnection] = set()
         self.per_client: dict[str, int] = {}  # open connections per client address
         self.server: asyncio.Server | None = None
+        self.all_closed: asyncio.Event | None = None  # once stopping: set when none is left
 
     def protocol(self) -> NativeConnection:
         return NativeConnection(self)
@@ -117,18 +119,27 @@ class NativeListener:
         bound = self.server.sockets[0].getsockname()
         return str(bound[0]), int(bound[1])
 
-    async def stop(self, grace: float = 5.0) -> None:
-        """Stop accepting, let answers in progress finish (up to ``grace``), close."""
+    async def stop(self, grace: float = 10.0) -> None:
+        """Stop accepting; each connection answers every request it has
+        received (those still in its socket buffer too), then closes; after
+        ``grace`` seconds the ones left are cut."""
         if self.server is not None:
             self.server.close()
+        self.all_closed = asyncio.Event()
+        if not self.connections:
+            self.all_closed.set()
         for conn in list(self.connections):
-            conn.close_when_done()
-        loop = asyncio.get_running_loop()
-        end = loop.time() + grace
-        while self.connections and loop.time() < end:
-            await asyncio.sleep(0.01)
+            conn.drain()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.all_closed.wait(), grace)
         for conn in list(self.connections):
+            log.warning("native connection cut at the end of the grace period")
             conn.abort()
+
+    def forget(self, conn: NativeConnection) -> None:
+        self.connections.discard(conn)
+        if not self.connections and self.all_closed is not None:
+            self.all_closed.set()
 
 
 class NativeConnection(asyncio.Protocol):
@@ -145,6 +156,7 @@ class NativeConnection(asyncio.Protocol):
         self.idle_since = 0.0  # set when the connection is made and after each answer
         self.paused = False
         self.closing = False
+        self.draining = False  # the listener is stopping: close once nothing is left to answer
         self.client: str | None = None  # the peer's address
         self.slot: str | None = None  # what it is counted under in listener.per_client
         self.fresh = True  # no request yet: it must come within request_timeout
@@ -224,7 +236,7 @@ class NativeConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
-        self.listener.connections.discard(self)
+        self.listener.forget(self)
         if self.slot is not None:
             left = self.listener.per_client.get(self.slot, 1) - 1
             if left:
@@ -272,6 +284,8 @@ class NativeConnection(asyncio.Protocol):
             else:
                 self.idle_since = asyncio.get_running_loop().time()
                 self._arm()
+                if self.draining:
+                    self._close_when_nothing_came()
 
     def _write(self, answer: Answer) -> None:
         if self.transport is None or self.transport.is_closing():
@@ -287,6 +301,25 @@ class NativeConnection(asyncio.Protocol):
         self._write(AnsApp.failure(exc, None, None, None))
 
     # -- closing and timers ----------------------------------------------------------
+    def drain(self) -> None:
+        """The listener is stopping: go on reading and answering (requests
+        already in the socket buffer are answered too), close once idle."""
+        self.draining = True
+        if self.worker is None:
+            self._close_when_nothing_came()
+
+    def _close_when_nothing_came(self) -> None:
+        """Close if still idle once the event loop has polled the socket
+        again: data already received is read (data_received) by then. A
+        callback scheduled now runs before that poll's reads, so hop twice."""
+        loop = asyncio.get_running_loop()
+        loop.call_soon(loop.call_soon, self._close_if_idle)
+
+    def _close_if_idle(self) -> None:
+        if self.worker is None and not self.queue and self.parser.buffered == 0:
+            self.close_when_done()
+        # else: the worker closes it when done, or the request deadline does.
+
     def close_when_done(self) -> None:
         self.closing = True
         if self.worker is None and self.transport is not None:

@@ -102,13 +102,17 @@ class FreshnessRunner:
         self.schedule.sync(self.service.indexed_ids(), now)
         sem = asyncio.Semaphore(self.settings.concurrency)
 
-        async def bounded(job: Awaitable[None]) -> None:
+        # Each job's coroutine is made once it has a slot: one made before and
+        # cancelled while waiting (the server stopping) was never awaited.
+        async def bounded(
+            job: Callable[[str, float, RoundReport], Awaitable[None]], cid: str
+        ) -> None:
             async with sem:
-                await job
+                await job(cid, now, report)
 
         due = self.schedule
-        jobs = [bounded(self._describe(cid, now, report)) for cid in due.due_describe(now)]
-        jobs += [bounded(self._status(cid, now, report)) for cid in due.due_status(now)]
+        jobs = [bounded(self._describe, cid) for cid in due.due_describe(now)]
+        jobs += [bounded(self._status, cid) for cid in due.due_status(now)]
         await asyncio.gather(*jobs)
         return report
 

@@ -21,7 +21,7 @@ import socket
 import ssl
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ from ans.governance.audit import AuditLog
 from ans.governance.keys import SigningKey, TrustedKeys
 from ans.governance.policy import ZonePolicy
 
-from . import hypercorn_fixes
+from . import drain, hypercorn_fixes
 from .ann import AnnSettings
 from .app import AnsApp
 from .audited import recover as recover_audit
@@ -349,7 +349,7 @@ def hypercorn_config(
     hc.include_server_header = False
     hc.accesslog = None
     hc.errorlog = logging.getLogger("hypercorn.error")  # through our handler, once
-    hc.graceful_timeout = 2.0
+    hc.graceful_timeout = config.graceful_timeout
     hypercorn_fixes.cap_connections(
         hc,
         config.max_connections_per_client,
@@ -357,6 +357,7 @@ def hypercorn_config(
     )
     hypercorn_fixes.deadline_for_first_request(hc, config.request_timeout)
     hypercorn_fixes.deadline_for_answers(hc, config.write_timeout)
+    drain.drain_on_shutdown(hc)
     hc.ssl_handshake_timeout = config.request_timeout
     if config.tls_certfile is not None:
         hc.certfile = str(config.tls_certfile)
@@ -399,6 +400,25 @@ def connection_caps(config: Config, open_files: int) -> tuple[int, int]:
     return max(1, min(config.max_connections, usable - native)), native
 
 
+class NativeDrain:
+    """The native listener's drain as a lifespan background task: it runs
+    alongside hypercorn's, and the lifespan shutdown (which closes the
+    service's parts) waits for it."""
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task[None] | None = None
+
+    def begin(self, drain: Coroutine[Any, Any, None]) -> None:
+        self.task = asyncio.create_task(drain, name="ans-native-drain")
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            await self.task
+
+
 def serve_forever(
     service: AnsService,
     config: Config,
@@ -420,16 +440,19 @@ def serve_forever(
     host, port = sock.getsockname()[:2]
     scheme = "https" if config.tls_certfile else "http"
     url = f"{scheme}://{'[' + host + ']' if ':' in host else host}:{port}"
+    native_drain = NativeDrain()
     app = AnsApp(
         service,
         gate,
-        (freshness,) if freshness is not None else (),
+        # Stopped in reverse order: the native listener's drain is waited for first.
+        (*((freshness,) if freshness is not None else ()), native_drain),
         body_timeout=config.request_timeout,
     )
     native_at = config.native_host_port
     native_tls = native_ssl_context(config) if native_at is not None else None
     hc = hypercorn_config(config, sock, http_cap)
     hypercorn_fixes.install()  # late request data, closed connections: see the module
+    drain.install()  # on SIGTERM, answer what was sent, then GOAWAY: see the module
     # hypercorn does not hand the peer certificate to the app; in mtls mode
     # our accept loop adds it as the ASGI TLS extension (see ans.mtls).
     serve_fn = serve_with_client_certs if config.auth_mode == "mtls" else serve
@@ -455,8 +478,9 @@ def serve_forever(
 
         async def shutdown() -> None:
             await stop.wait()
-            if native is not None:  # before hypercorn's lifespan closes the service parts
-                await native.stop()
+            log.info("stopping: answering what was received", grace=config.graceful_timeout)
+            if native is not None:  # drains while hypercorn drains the HTTP/2 listener
+                native_drain.begin(native.stop(config.graceful_timeout))
 
         server = asyncio.create_task(serve_fn(app, hc, shutdown_trigger=shutdown))  # type: ignore[arg-type]
         await asyncio.sleep(0)

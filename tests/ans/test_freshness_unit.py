@@ -6,6 +6,8 @@ times out on command."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -684,3 +686,29 @@ def test_capability_document_freshness_fields_are_validated() -> None:
     ):
         with pytest.raises(InvalidCapabilities):
             validate_capabilities(bad)
+
+
+def test_stopping_mid_round_leaves_no_coroutine_unawaited(make_world: Any) -> None:
+    """Cancelling a round (the server stopping) while requests wait for a
+    concurrency slot: the jobs not yet started were coroutine objects never
+    awaited ("coroutine ... was never awaited" at shutdown)."""
+    w = make_world(replace(SETTINGS, concurrency=1))
+    for n in range(4):
+        w.activate(f"agent-{n}")
+        w.agents.on("DESCRIBE", w.url(f"agent-{n}"), describe_ok(TRANSLATION))
+    w.agents.delay = 3600.0  # the first request never ends: the others wait for the slot
+    w.round(0)
+
+    async def cancelled_round() -> None:
+        round_ = asyncio.ensure_future(w.runner.run_once(2 * INTERVAL))
+        while w.agents.inflight == 0:
+            await asyncio.sleep(0)
+        round_.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await round_
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        asyncio.run(cancelled_round())
+        gc.collect()
+    assert not [c for c in caught if "never awaited" in str(c.message)]

@@ -75,6 +75,8 @@ class RawH2:
         self.terminated = False
         self.goaway: int | None = None  # the error code of a GOAWAY received
         self.ping_acks = 0
+        self.acked: set[bytes] = set()  # the payloads of the PING ACKs received
+        self.syncs = 0
         self._flush()
 
     def _flush(self) -> None:
@@ -130,9 +132,31 @@ class RawH2:
             self.answers[event.stream_id].reset = event.error_code
         elif isinstance(event, h2.events.PingAckReceived):
             self.ping_acks += 1
+            self.acked.add(event.ping_data)
         elif isinstance(event, h2.events.ConnectionTerminated):
             self.terminated = True
             self.goaway = int(event.error_code) if event.error_code is not None else None
+
+    def sync(self, seconds: float = 10.0) -> None:
+        """A PING round trip: the server handles a connection's frames in
+        order, so once the ACK is back it has handled everything sent before
+        the PING (a request's HEADERS: the request has started; an answer
+        read: the connection is idle and its idle time taken)."""
+        self.syncs += 1
+        token = self.syncs.to_bytes(8, "big")
+        self.conn.ping(token)
+        self._flush()
+        deadline = time.monotonic() + seconds
+        while token not in self.acked:
+            if self.terminated or time.monotonic() > deadline:
+                raise AssertionError(f"no PING ACK; connection gone: {self.terminated}")
+            data = self.sock.recv(65536)
+            if not data:
+                self.terminated = True
+                continue
+            for event in self.conn.receive_data(data):
+                self._event(event)
+            self._flush()
 
     def read_until_terminated(self, seconds: float = 10.0) -> None:
         """Read (bounded in time) until the server ends the connection."""
@@ -656,7 +680,10 @@ def closed_at_once(client: RawH2) -> bool:
 def test_connections_in_all_are_capped(tmp_path: Path, server_factory: Any) -> None:
     """max_connections holds whatever the addresses. At the cap, the
     connection idle the longest makes room for a new one; when none is idle,
-    the new one is refused. The per-client cap refuses outright."""
+    the new one is refused. The per-client cap refuses outright.
+
+    Every step waits for the server to have handled the one before (a PING
+    round trip, see RawH2.sync), never for a while."""
     cfg = tmp_path / "ans.toml"
     cfg.write_text("[server]\nmax_connections = 3\nmax_connections_per_client = 2\n")
     srv = server_factory(tmp_path / "data", "--demo", "--config", str(cfg))
@@ -665,28 +692,42 @@ def test_connections_in_all_are_capped(tmp_path: Path, server_factory: Any) -> N
     try:
         # All three busy: each has a request whose body is still to come.
         pending = [client.start("DISCOVER", "/") for client in held]
-        time.sleep(0.3)
+        for client in held:
+            client.sync()  # the server has started the request: the connection is busy
         refused = RawH2(srv.url, source="127.0.0.4")
         extra.append(refused)
         assert closed_at_once(refused)  # no idle connection to take the place of
         # The first one finishes its request and so is idle, the longest.
         held[0].finish(pending[0])
         assert_answered(held[0].wait(pending[0]))
-        time.sleep(0.2)
+        held[0].sync()  # the server has seen the connection go idle
         newcomer = RawH2(srv.url, source="127.0.0.4")
         extra.append(newcomer)
         sid = newcomer.start("DISCOVER", "/")
         newcomer.finish(sid)
         assert_answered(newcomer.wait(sid))
-        closed_after(held[0].sock, time.monotonic(), 5.0)  # it made room
+        closed_after(held[0].sock, time.monotonic(), 30.0)  # it made room
         for client, sid in zip(held[1:], pending[1:], strict=True):  # the busy ones go on
             client.finish(sid)
             assert_answered(client.wait(sid))
+            client.sync()
+        # The newcomer asks again, so it is the one idle the shortest: the
+        # next connection makes room by closing held[1], not the newcomer.
+        sid = newcomer.start("DISCOVER", "/")
+        newcomer.finish(sid)
+        assert_answered(newcomer.wait(sid))
+        newcomer.sync()
         over = RawH2(srv.url, source="127.0.0.4")  # the newcomer's address is at 1 of 2
         extra.append(over)
+        over.sync()  # accepted and counted: its address is at 2 of 2
+        closed_after(held[1].sock, time.monotonic(), 30.0)  # the longest idle made room
         over2 = RawH2(srv.url, source="127.0.0.4")
         extra.append(over2)
         assert closed_at_once(over2)  # over the per-client cap of 2
+        sid = newcomer.start("DISCOVER", "/")  # the two it holds are served
+        newcomer.finish(sid)
+        assert_answered(newcomer.wait(sid))
+        over.sync()
     finally:
         for client in held + extra:
             client.close()

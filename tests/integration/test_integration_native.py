@@ -738,7 +738,8 @@ def test_a_client_that_does_not_read_gets_no_more_answers_queued(app: AnsApp) ->
             tasks = [f"q-{i}" for i in range(300)]
             writer.write(b"".join(agtp_request("DESCRIBE", {}, t) for t in tasks))
             await writer.drain()
-            await asyncio.sleep(1.0)  # the server has had time to answer everything it would
+            # The server answers until the transport is over its high-water mark.
+            await until(lambda: not conn.writable.is_set(), "writing paused")
             high = conn.transport.get_write_buffer_limits()[1]
             one = len(encode_request("DESCRIBE", {}, b"x" * 4096))  # > one DESCRIBE answer
             assert conn.transport.get_write_buffer_size() <= high + one
@@ -792,5 +793,41 @@ def test_connections_per_client_address_are_capped(app: AnsApp) -> None:
                     break
                 await asyncio.sleep(0.01)
             assert listener.per_client == {}
+
+    asyncio.run(go())
+
+
+async def until(condition: Any, what: str) -> None:
+    """Wait for ``condition()`` (bounded: 30 s, only as a guard)."""
+    for _ in range(3000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never happened: {what}")
+
+
+def test_stop_answers_what_is_still_in_the_socket_buffer(app: AnsApp) -> None:
+    """Stopping the listener (SIGTERM) answers every request the connection
+    has received, those still in its socket buffer because reading was
+    paused too, in order, and then closes it."""
+
+    async def go() -> None:
+        listener = NativeListener(app, keep_alive_timeout=5.0, max_pipeline=4)
+        _, port = await listener.start("127.0.0.1", 0, None)
+        reader, writer, conn = await small_buffers(listener, port)
+        tasks = [f"s-{i}" for i in range(300)]
+        writer.write(b"".join(agtp_request("DESCRIBE", {}, t) for t in tasks[:100]))
+        await writer.drain()
+        # We read nothing: the server stops writing, then reading.
+        await until(lambda: conn.paused and not conn.writable.is_set(), "reading paused")
+        writer.write(b"".join(agtp_request("DESCRIBE", {}, t) for t in tasks[100:]))
+        await writer.drain()  # into the server's socket buffer, unread
+        stopping = asyncio.ensure_future(listener.stop(grace=60))
+        await until(lambda: conn.draining, "the listener stopping")
+        answers = await read_all(reader, within=60)  # now we read: the server goes on
+        await stopping
+        writer.close()
+        assert [a.headers["task-id"] for a in answers] == tasks
+        assert not listener.connections
 
     asyncio.run(go())

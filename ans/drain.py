@@ -1,0 +1,117 @@
+"""Graceful shutdown of the HTTP/2 listener: what each connection does once
+``ans serve`` has been asked to stop (SIGTERM, SIGINT). Installed by
+:func:`install` (``ans serve`` calls it with :func:`ans.hypercorn_fixes.install`).
+
+hypercorn 0.18 stops accepting, then closes every connection that is idle at
+that moment, without a GOAWAY: requests the client had already sent but the
+server had not yet read were lost, and the client could not tell that they
+had not been processed. It also reset every request read after the stop
+began, even on a connection whose earlier requests it was still answering.
+
+Now, once the server is stopping, an HTTP/2 connection
+
+1. goes on reading and answering every request, as before the stop;
+2. when it has nothing in progress, sends a PING and waits (up to
+   :data:`ACK_WAIT`) for its ACK: the client sent its ACK after every request
+   it had sent before it read the PING, so all of those have then been read
+   (and answered, when the connection is idle again);
+3. sends GOAWAY NO_ERROR with the highest stream id it has processed, and
+   closes. A request the client sends after that is refused (RST_STREAM);
+   its stream id is above the GOAWAY's, so the client knows it was not
+   processed and may send it elsewhere.
+
+The GOAWAY comes last, once every answer is out: the ``h2`` library (httpx,
+and the federation transport of ANS) fails every stream still open on a
+connection as soon as it receives a GOAWAY, even those the GOAWAY lets
+complete. The whole drain is bounded by ``graceful_timeout``: hypercorn then
+cancels what is left. HTTP/1.1 connections keep hypercorn's own behaviour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import h2.events
+from hypercorn.events import RawData
+from hypercorn.protocol.h2 import H2Protocol
+from hyperframe.frame import GoAwayFrame
+
+from . import hypercorn_fixes
+
+ACK_WAIT = 1.0  # s: a client that does not read (an idle pooled connection) acknowledges nothing
+PING_TOKEN = b"ans-stop"
+_INSTALLED = "_ans_drain"
+
+
+class ConnectionContext:
+    """hypercorn's worker context as one HTTP/2 connection sees it:
+    ``terminated`` is set once this connection has sent its GOAWAY, not when
+    the server begins to stop, so hypercorn goes on serving the connection
+    until then and refuses new streams after it."""
+
+    def __init__(self, worker: Any) -> None:
+        self.worker = worker
+        self.terminated = worker.event_class()
+        self.pinged = False
+        self.acked = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.worker, name)
+
+
+def install() -> None:
+    """Install the drain (idempotent); needs :func:`ans.hypercorn_fixes.install`."""
+    if getattr(H2Protocol.__init__, _INSTALLED, False):
+        return
+    init: Any = H2Protocol.__init__
+    handle_events = H2Protocol._handle_events
+
+    def init_with_own_context(self: Any, app: Any, config: Any, context: Any, *a: Any) -> None:
+        init(self, app, config, ConnectionContext(context), *a)
+
+    async def handle_events_noting_the_ack(self: Any, events: list[h2.events.Event]) -> None:
+        await handle_events(self, events)
+        # After the batch: the requests read with the ACK have been started.
+        ctx = self.context
+        if ctx.pinged and any(
+            isinstance(e, h2.events.PingAckReceived) and e.ping_data == PING_TOKEN for e in events
+        ):
+            ctx.acked.set()
+
+    setattr(init_with_own_context, _INSTALLED, True)
+    H2Protocol.__init__ = init_with_own_context  # type: ignore[method-assign, assignment]
+    H2Protocol._handle_events = handle_events_noting_the_ack  # type: ignore[method-assign]
+
+
+def drain_on_shutdown(hc: Any) -> None:
+    """Drain HTTP/2 connections before closing them when the server stops,
+    for servers run with this hypercorn config."""
+    hypercorn_fixes.before_shutdown_close(hc, finish_http2)
+
+
+async def finish_http2(server: Any) -> None:
+    """For an idle connection of a stopping server (hypercorn's TCPServer):
+    PING, wait for the ACK, then GOAWAY with the last stream processed. A
+    request read meanwhile cancels this (the connection is busy again); it
+    runs again when the connection is next idle."""
+    proto = getattr(getattr(server, "protocol", None), "protocol", None)
+    if not isinstance(proto, H2Protocol) or proto.closed:
+        return
+    ctx = proto.context
+    assert isinstance(ctx, ConnectionContext)
+    if not ctx.pinged:
+        ctx.pinged = True
+        proto.connection.ping(PING_TOKEN)
+        await proto._flush()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(ctx.acked.wait(), ACK_WAIT)
+    await ctx.terminated.set()  # hypercorn refuses new streams from now on
+    last = proto.connection.highest_inbound_stream_id
+    await proto._flush()
+    # A raw frame: h2's close_connection() would turn every frame the client
+    # still sends (a WINDOW_UPDATE for the last answer) into a second GOAWAY,
+    # PROTOCOL_ERROR.
+    goaway = GoAwayFrame(0, last_stream_id=last, error_code=0)
+    await proto.send(RawData(data=goaway.serialize()))
