@@ -299,8 +299,8 @@ def _ask(
 
     try:
         with _client(args) as client:
-            resp = client.call(method, params, task_id=f"task-cli-{method.lower()}")
-            jwks = client.jwks() if keys and resp.status == 200 else None
+            resp = client.call(method, params, task_id=_task_id(method))
+            jwks = client.jwks() if keys else None
     except (ValueError, httpx.InvalidURL) as exc:
         print(f"ans: --server {args.server}: {exc}", file=sys.stderr)
         return None
@@ -308,6 +308,10 @@ def _ask(
         print(f"ans: cannot reach {args.server}: {exc}", file=sys.stderr)
         return None
     return resp, jwks
+
+
+def _task_id(method: str) -> str:
+    return f"task-cli-{method.lower()}"
 
 
 def _client(args: argparse.Namespace) -> Any:
@@ -333,7 +337,7 @@ def cmd_discover(args: argparse.Namespace) -> int:
     from ans.governance.keys import KeyError_
     from ans.protocol.errors import AgtpError
 
-    from .client import verify_discover_result
+    from .client import verify_discover_answer
 
     params: dict[str, Any] = {"intent": args.intent}
     for name in (
@@ -355,19 +359,35 @@ def cmd_discover(args: argparse.Namespace) -> int:
     if asked is None:
         return 2
     resp, jwks = asked
-    if resp.status != 200 or jwks is None:
-        return _print_error(resp)
-    result = resp.result
+    # Every DISCOVER answer is signed, a refusal too: an unsigned or forged
+    # one is rejected before anything of it is shown as the server's word.
+    try:
+        kid = verify_discover_answer(resp, jwks or {}, params, _task_id("DISCOVER"))
+    except (AgtpError, KeyError_) as exc:
+        err = resp.error or {}
+        print(
+            f"ans: signature: NOT VERIFIED: {exc}; the {resp.status} "
+            f"{str(err.get('code', 'answer'))[:60]} answer is not trusted",
+            file=sys.stderr,
+        )
+        return 1
+    if resp.status != 200:
+        err = resp.error or {}
+        print(
+            f"ans: {resp.status} {err.get('code', '?')}: {err.get('message', '')} "
+            f"(signed refusal, kid {kid})",
+            file=sys.stderr,
+        )
+        return 2
+    # With --json, stdout holds the JSON document alone.
     if args.json:
         print(json.dumps(resp.body, indent=2, ensure_ascii=False))
     else:
-        print_table(result)
-    try:
-        kid = verify_discover_result(result, jwks, params)
-    except (AgtpError, KeyError_) as exc:
-        print(f"signature: NOT VERIFIED ({exc})", file=sys.stderr)
-        return 1
-    print(f"signature: verified (ES256, kid {kid}, query_digest matches)")
+        print_table(resp.result)
+    print(
+        f"signature: verified (ES256, kid {kid}, query_digest matches)",
+        file=sys.stderr if args.json else sys.stdout,
+    )
     return 0
 
 
