@@ -234,7 +234,7 @@ def parse_envelope(
 ) -> Envelope:
     """The common AGTP body ``{"method", "task_id", "parameters", ...}``."""
     header_task = _header_text(headers, "task-id", MAX_TASK_ID_LEN)
-    if not body.strip():
+    if not body:  # only a truly empty body means "no parameters"; " " must parse
         return Envelope(header_task, {})
     doc = jsonstrict.loads(body, max_bytes=limits.max_body_bytes)
     if not isinstance(doc, dict):
