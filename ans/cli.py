@@ -182,29 +182,41 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        if args.command == "serve":
-            return cmd_serve(args)
-        if args.command == "discover":
-            return cmd_discover(args)
-        if args.command == "import":
-            return cmd_import(args)
-        if args.command == "activate":
-            return cmd_activate(args)
-        if args.command == "lifecycle":
-            return cmd_lifecycle(args)
-        if args.command == "audit":
-            return cmd_audit_verify(args)
-        if args.command == "peers":
-            return cmd_peers_check(args)
-        if args.command == "governance" and args.gov_command == "keygen":
-            return cmd_keygen(args)
-        return cmd_sign(args)
+        code = _run(args)
+        sys.stdout.flush()  # here, so that a closed pipe is met inside the try
+        return code
     except ConfigError as exc:
         print(f"ans: configuration error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (`ans discover ... | head`): stop quietly; the
+        # interpreter must not complain about stdout when it flushes at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     except (OSError, ValueError) as exc:
         print(f"ans: {exc}", file=sys.stderr)
         return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "serve":
+        return cmd_serve(args)
+    if args.command == "discover":
+        return cmd_discover(args)
+    if args.command == "import":
+        return cmd_import(args)
+    if args.command == "activate":
+        return cmd_activate(args)
+    if args.command == "lifecycle":
+        return cmd_lifecycle(args)
+    if args.command == "audit":
+        return cmd_audit_verify(args)
+    if args.command == "peers":
+        return cmd_peers_check(args)
+    if args.command == "governance" and args.gov_command == "keygen":
+        return cmd_keygen(args)
+    return cmd_sign(args)
 
 
 # -- serve ---------------------------------------------------------------------------
@@ -214,6 +226,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ans.federation.peers import PeerConfigError, parse_peer_flag
 
     from . import config as config_mod
+    from .preflight import check_serve
     from .server import build_service, configure_logging, serve_forever
 
     try:
@@ -231,6 +244,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         peers=peers or None,
     )
+    check_serve(cfg)  # a wrong path, file or port is one line, before any start-up work
     configure_logging(cfg.log_level, cfg.log_format)
     built = build_service(cfg)
     if built.demo_key is not None:
@@ -527,9 +541,28 @@ def cmd_peers_check(args: argparse.Namespace) -> int:
 
 
 def _read_json(path: Path) -> Any:
+    """A JSON file, strictly parsed; a ValueError naming it when it is not
+    (empty, not UTF-8, a duplicate key, ...)."""
     from ans.protocol import jsonstrict
+    from ans.protocol.errors import AgtpError
 
-    return jsonstrict.loads(path.read_bytes(), max_bytes=4 * 1024 * 1024)
+    data = path.read_bytes()
+    if not data.strip():
+        raise ValueError(f"{path}: the file is empty; a JSON document is expected")
+    try:
+        return jsonstrict.loads(data, max_bytes=4 * 1024 * 1024)
+    except AgtpError as exc:
+        raise ValueError(f"{path}: not valid JSON: {exc.message}") from None
+
+
+def _read_key(path: Path, kid: str | None) -> Any:
+    """A governance private key (PEM); a ValueError naming the file."""
+    from ans.governance.keys import KeyError_, SigningKey
+
+    try:
+        return SigningKey.from_pem(path.read_bytes(), kid)
+    except KeyError_ as exc:
+        raise ValueError(f"{path}: {exc}") from None
 
 
 def cmd_activate(args: argparse.Namespace) -> int:
@@ -554,11 +587,10 @@ def cmd_lifecycle(args: argparse.Namespace) -> int:
     import uuid
     from datetime import UTC, datetime
 
-    from ans.governance.keys import SigningKey
     from ans.governance.lifecycle import make_event
     from ans.protocol.errors import AgtpError
 
-    key = SigningKey.from_pem(args.governance_key.read_bytes(), args.kid)
+    key = _read_key(args.governance_key, args.kid)
     try:
         event = make_event(
             args.event.upper(),
@@ -622,10 +654,9 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 
 
 def cmd_sign(args: argparse.Namespace) -> int:
-    from ans.governance.keys import SigningKey
     from ans.governance.signing import sign_document
 
-    key = SigningKey.from_pem(args.key.read_bytes(), args.kid)
+    key = _read_key(args.key, args.kid)
     doc = _read_json(args.manifest)
     if isinstance(doc, dict) and isinstance(doc.get("manifest"), dict):
         out: Any = {**doc, "manifest": sign_document(doc["manifest"], key, "signature")}
