@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import orjson
 import structlog
 
+from ans.governance.audit import rfc3339
 from ans.protocol.binding import (
     agtp_method,
     header_map,
@@ -49,6 +50,7 @@ from ans.protocol.messages import (
 from ans.protocol.status import AGTP_SPECIFIC
 
 from .gate import REFUSED_AFTER_PARSING, Credentials, RequestGate
+from .refusals import SIGNED_METHODS, refusal_object, sign_refusal
 from .service import AnsService
 
 Scope = MutableMapping[str, Any]
@@ -111,6 +113,9 @@ class AnsApp:
         if scope["type"] != "http":
             return
         task_id: str | None = None
+        client = scope.get("client")  # (host, port), or None (e.g. a unix socket)
+        address = str(client[0]) if client else None
+        method: str | None = None
         try:
             try:
                 headers = header_map(scope["headers"])
@@ -123,14 +128,17 @@ class AnsApp:
                 await self._http(scope, send)
                 return
             body = await self._read_body(receive, headers)
-            client = scope.get("client")  # (host, port), or None (e.g. a unix socket)
             creds = Credentials.from_request(
-                headers,
-                scope.get("extensions"),
-                client_address=str(client[0]) if client else None,
+                headers, scope.get("extensions"), client_address=address
             )
         except Exception as exc:
-            answer = self.failure(exc, task_id, scope.get("method"), scope.get("path"))
+            # A DISCOVER refused before it could be parsed (headers, body size
+            # or time) is signed too, and its address pays for the signature.
+            if method is None and scope.get("method") in SIGNED_METHODS:
+                method = scope["method"]
+            answer = self.refusal(exc, task_id, method or scope.get("method"), scope.get("path"))
+            if method in SIGNED_METHODS:
+                self.gate.settle(Credentials(client_address=address), 0.0, False, signed=True)
         else:
             answer = await self.answer(method, headers, body, creds)
         await self._send(send, answer.status, answer.task_id, answer.body, answer.extra)
@@ -141,47 +149,75 @@ class AnsApp:
         """One AGTP request, whatever its framing (HTTP/2 here, native AGTP in
         :mod:`ans.native_server`), to its answer; never raises."""
         task_id = task_id_hint(headers)
+        signed = method in SIGNED_METHODS
+        try:
+            # The client address pays for every request before its body is
+            # parsed, so malformed or costly bodies cannot be sent faster than
+            # its limit; a 429 here has paid for its signature already.
+            self.gate.limit_address(method, creds, headers, len(body), signed=signed)
+        except AgtpError as exc:
+            return self.refusal(exc, task_id, method, None)
         started = self.cpu_clock()  # this thread's CPU: parsing and a local match run here
-        refused = False
+        refused = failed = False
         try:
             status, payload = await self._agtp(method, headers, body, creds)
             return Answer(status, task_id_of(payload, task_id), orjson.dumps(payload))
         except Exception as exc:
+            failed = True
             refused = isinstance(exc, AgtpError) and exc.status in REFUSED_AFTER_PARSING
             # Once the envelope has parsed, the error carries the request's
             # Task-ID (the body's, when no header sent one): echo it.
             known = exc.task_id if isinstance(exc, AgtpError) else None
-            return self.failure(exc, known or task_id, method, None)
+            return self.refusal(exc, known or task_id, method, None)
         finally:
-            self.gate.settle(creds, self.cpu_clock() - started, refused)
+            # The signing above ran inside this window: its CPU is counted too.
+            cpu = self.cpu_clock() - started
+            self.gate.settle(creds, cpu, refused, signed=signed and failed)
 
     @staticmethod
-    def failure(exc: Exception, task_id: str | None, method: Any, path: Any) -> Answer:
-        """The typed AGTP error for ``exc``; anything unexpected is a 500 with
-        no traceback on the wire (it goes to the operational log). Call it from
+    def typed(exc: Exception, method: Any, path: Any) -> AgtpError:
+        """``exc`` as an AgtpError; anything unexpected is a 500 with no
+        traceback on the wire (it goes to the operational log). Call it from
         the ``except`` block that caught ``exc``."""
         if isinstance(exc, AgtpError):
             if exc.status in AGTP_SPECIFIC:
                 log.info("governance signal", status=exc.status, code=exc.code)
-            return Answer(
-                exc.status,
-                task_id,
-                encode_error(exc.status, task_id, exc.code, exc.message),
-                exc.headers,
-            )
+            return exc
         log.exception("unhandled error", path=path, method=method)
-        err = ServerError("internal error; see the server log")
-        return Answer(err.status, task_id, encode_error(err.status, task_id, err.code, err.message))
+        return ServerError("internal error; see the server log")
+
+    @staticmethod
+    def failure(exc: Exception, task_id: str | None, method: Any, path: Any) -> Answer:
+        """The typed AGTP error answer for ``exc``, unsigned (methods other
+        than DISCOVER; native framing errors, where no request was read).
+        Call it from the ``except`` block that caught ``exc``."""
+        err = AnsApp.typed(exc, method, path)
+        body = encode_error(err.status, task_id, err.code, err.message)
+        return Answer(err.status, task_id, body, err.headers)
+
+    def refusal(self, exc: Exception, task_id: str | None, method: Any, path: Any) -> Answer:
+        """:meth:`failure`, with the error object signed when ``method`` is
+        DISCOVER (every DISCOVER answer is signed: README, "Signed refusals").
+        Call it from the ``except`` block that caught ``exc``."""
+        if method not in SIGNED_METHODS:
+            return self.failure(exc, task_id, method, path)
+        err = self.typed(exc, method, path)
+        error = self.signed_error(err, task_id)
+        body = orjson.dumps({"status": err.status, "task_id": task_id, "error": error})
+        return Answer(err.status, task_id, body, err.headers)
+
+    def signed_error(self, err: AgtpError, task_id: str | None) -> dict[str, Any]:
+        """The refusal's error object, signed with the ANS key."""
+        error = refusal_object(err, task_id, rfc3339(self.service.clock()))
+        return sign_refusal(error, self.service.key)
 
     async def _agtp(
         self, method: str, headers: dict[str, str], body: bytes, creds: Credentials
     ) -> tuple[int, dict[str, Any]]:
-        """rate limit per client address (429) -> parse (400/422) ->
-        authenticate (401) -> rate limit per Agent-ID (429) -> the method,
-        whose scope (451) and zone (453) checks see the effective identity.
-        The client address pays for every request before its body is parsed,
-        so malformed or costly bodies cannot be sent faster than its limit."""
-        self.gate.limit_address(method, creds, headers, len(body))
+        """(after the rate limit per client address, in :meth:`answer`)
+        parse (400/422) -> authenticate (401) -> rate limit per Agent-ID
+        (429) -> the method, whose scope (451) and zone (453) checks see the
+        effective identity."""
         parse = PARSERS.get(method)
         if parse is None:
             raise UnsupportedMethod(
@@ -189,7 +225,7 @@ class AnsApp:
                 f"supported: {', '.join(SUPPORTED_METHODS)}"
             )
         req: AgtpRequest = parse(headers, body, self.service.limits)
-        with answering(req.task_id):
+        with answering(req.task_id, getattr(req, "query_digest", None)):
             req = self.gate.admit(method, req, creds)
             return await self._dispatch(req)
 

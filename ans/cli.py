@@ -182,29 +182,41 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        if args.command == "serve":
-            return cmd_serve(args)
-        if args.command == "discover":
-            return cmd_discover(args)
-        if args.command == "import":
-            return cmd_import(args)
-        if args.command == "activate":
-            return cmd_activate(args)
-        if args.command == "lifecycle":
-            return cmd_lifecycle(args)
-        if args.command == "audit":
-            return cmd_audit_verify(args)
-        if args.command == "peers":
-            return cmd_peers_check(args)
-        if args.command == "governance" and args.gov_command == "keygen":
-            return cmd_keygen(args)
-        return cmd_sign(args)
+        code = _run(args)
+        sys.stdout.flush()  # here, so that a closed pipe is met inside the try
+        return code
     except ConfigError as exc:
         print(f"ans: configuration error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (`ans discover ... | head`): stop quietly; the
+        # interpreter must not complain about stdout when it flushes at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     except (OSError, ValueError) as exc:
         print(f"ans: {exc}", file=sys.stderr)
         return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "serve":
+        return cmd_serve(args)
+    if args.command == "discover":
+        return cmd_discover(args)
+    if args.command == "import":
+        return cmd_import(args)
+    if args.command == "activate":
+        return cmd_activate(args)
+    if args.command == "lifecycle":
+        return cmd_lifecycle(args)
+    if args.command == "audit":
+        return cmd_audit_verify(args)
+    if args.command == "peers":
+        return cmd_peers_check(args)
+    if args.command == "governance" and args.gov_command == "keygen":
+        return cmd_keygen(args)
+    return cmd_sign(args)
 
 
 # -- serve ---------------------------------------------------------------------------
@@ -214,6 +226,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ans.federation.peers import PeerConfigError, parse_peer_flag
 
     from . import config as config_mod
+    from .preflight import check_serve
     from .server import build_service, configure_logging, serve_forever
 
     try:
@@ -231,6 +244,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         peers=peers or None,
     )
+    check_serve(cfg)  # a wrong path, file or port is one line, before any start-up work
     configure_logging(cfg.log_level, cfg.log_format)
     built = build_service(cfg)
     if built.demo_key is not None:
@@ -299,8 +313,8 @@ def _ask(
 
     try:
         with _client(args) as client:
-            resp = client.call(method, params, task_id=f"task-cli-{method.lower()}")
-            jwks = client.jwks() if keys and resp.status == 200 else None
+            resp = client.call(method, params, task_id=_task_id(method))
+            jwks = client.jwks() if keys else None
     except (ValueError, httpx.InvalidURL) as exc:
         print(f"ans: --server {args.server}: {exc}", file=sys.stderr)
         return None
@@ -308,6 +322,10 @@ def _ask(
         print(f"ans: cannot reach {args.server}: {exc}", file=sys.stderr)
         return None
     return resp, jwks
+
+
+def _task_id(method: str) -> str:
+    return f"task-cli-{method.lower()}"
 
 
 def _client(args: argparse.Namespace) -> Any:
@@ -333,7 +351,7 @@ def cmd_discover(args: argparse.Namespace) -> int:
     from ans.governance.keys import KeyError_
     from ans.protocol.errors import AgtpError
 
-    from .client import verify_discover_result
+    from .client import verify_discover_answer
 
     params: dict[str, Any] = {"intent": args.intent}
     for name in (
@@ -355,19 +373,35 @@ def cmd_discover(args: argparse.Namespace) -> int:
     if asked is None:
         return 2
     resp, jwks = asked
-    if resp.status != 200 or jwks is None:
-        return _print_error(resp)
-    result = resp.result
+    # Every DISCOVER answer is signed, a refusal too: an unsigned or forged
+    # one is rejected before anything of it is shown as the server's word.
+    try:
+        kid = verify_discover_answer(resp, jwks or {}, params, _task_id("DISCOVER"))
+    except (AgtpError, KeyError_) as exc:
+        err = resp.error or {}
+        print(
+            f"ans: signature: NOT VERIFIED: {exc}; the {resp.status} "
+            f"{str(err.get('code', 'answer'))[:60]} answer is not trusted",
+            file=sys.stderr,
+        )
+        return 1
+    if resp.status != 200:
+        err = resp.error or {}
+        print(
+            f"ans: {resp.status} {err.get('code', '?')}: {err.get('message', '')} "
+            f"(signed refusal, kid {kid})",
+            file=sys.stderr,
+        )
+        return 2
+    # With --json, stdout holds the JSON document alone.
     if args.json:
         print(json.dumps(resp.body, indent=2, ensure_ascii=False))
     else:
-        print_table(result)
-    try:
-        kid = verify_discover_result(result, jwks, params)
-    except (AgtpError, KeyError_) as exc:
-        print(f"signature: NOT VERIFIED ({exc})", file=sys.stderr)
-        return 1
-    print(f"signature: verified (ES256, kid {kid}, query_digest matches)")
+        print_table(resp.result)
+    print(
+        f"signature: verified (ES256, kid {kid}, query_digest matches)",
+        file=sys.stderr if args.json else sys.stdout,
+    )
     return 0
 
 
@@ -507,9 +541,28 @@ def cmd_peers_check(args: argparse.Namespace) -> int:
 
 
 def _read_json(path: Path) -> Any:
+    """A JSON file, strictly parsed; a ValueError naming it when it is not
+    (empty, not UTF-8, a duplicate key, ...)."""
     from ans.protocol import jsonstrict
+    from ans.protocol.errors import AgtpError
 
-    return jsonstrict.loads(path.read_bytes(), max_bytes=4 * 1024 * 1024)
+    data = path.read_bytes()
+    if not data.strip():
+        raise ValueError(f"{path}: the file is empty; a JSON document is expected")
+    try:
+        return jsonstrict.loads(data, max_bytes=4 * 1024 * 1024)
+    except AgtpError as exc:
+        raise ValueError(f"{path}: not valid JSON: {exc.message}") from None
+
+
+def _read_key(path: Path, kid: str | None) -> Any:
+    """A governance private key (PEM); a ValueError naming the file."""
+    from ans.governance.keys import KeyError_, SigningKey
+
+    try:
+        return SigningKey.from_pem(path.read_bytes(), kid)
+    except KeyError_ as exc:
+        raise ValueError(f"{path}: {exc}") from None
 
 
 def cmd_activate(args: argparse.Namespace) -> int:
@@ -534,11 +587,10 @@ def cmd_lifecycle(args: argparse.Namespace) -> int:
     import uuid
     from datetime import UTC, datetime
 
-    from ans.governance.keys import SigningKey
     from ans.governance.lifecycle import make_event
     from ans.protocol.errors import AgtpError
 
-    key = SigningKey.from_pem(args.governance_key.read_bytes(), args.kid)
+    key = _read_key(args.governance_key, args.kid)
     try:
         event = make_event(
             args.event.upper(),
@@ -602,10 +654,9 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 
 
 def cmd_sign(args: argparse.Namespace) -> int:
-    from ans.governance.keys import SigningKey
     from ans.governance.signing import sign_document
 
-    key = SigningKey.from_pem(args.key.read_bytes(), args.kid)
+    key = _read_key(args.key, args.kid)
     doc = _read_json(args.manifest)
     if isinstance(doc, dict) and isinstance(doc.get("manifest"), dict):
         out: Any = {**doc, "manifest": sign_document(doc["manifest"], key, "signature")}

@@ -6,7 +6,9 @@ h2c with prior knowledge; ``https://`` negotiates h2 through ALPN.
 ``--native-listen`` (``agtp://`` TLS 1.3, ``agtp+cleartext://`` TCP);
 :func:`connect` picks one by URL. :func:`verify_discover_result` checks an
 ``ans_signature`` against a JWKS and the ``query_digest`` against the
-parameters sent.
+parameters sent; :func:`verify_discover_answer` checks any DISCOVER answer,
+a signed refusal included, and rejects an unsigned one
+(:meth:`_Client.discover_verified` asks and checks in one call).
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ from ans.federation.peers import is_native
 from ans.federation.transport import PeerError
 from ans.governance.keys import TrustedKeys
 from ans.governance.signing import RESULT_SIGNATURE_FIELD, verify_document
-from ans.protocol.errors import AgtpError
+from ans.protocol.errors import AgtpError, UnsignedResponse
 from ans.protocol.messages import AGTP_VERSION, CONTENT_TYPE, query_digest
 from ans.protocol.native import NativeResponse, NativeResponseParser, encode_request
+
+from .refusals import check_refusal
 
 # The largest answer a native client reads (a DISCOVER answer is bounded by
 # the server's limit; this bounds a misbehaving server).
@@ -87,6 +91,23 @@ class _Client:
 
     def discover(self, parameters: Mapping[str, Any], **kw: Any) -> AgtpResponse:
         return self.call("DISCOVER", parameters, **kw)
+
+    def discover_verified(
+        self,
+        parameters: Mapping[str, Any],
+        *,
+        jwks: Mapping[str, Any] | None = None,
+        task_id: str = "task-cli-1",
+        path: str = "/",
+    ) -> tuple[AgtpResponse, str]:
+        """DISCOVER, then verify the answer whatever its status against
+        ``jwks`` (default: the server's own, :meth:`jwks`); return it with
+        the signing kid. Raises :class:`UnsignedResponse` for an unsigned
+        answer, :class:`~ans.protocol.errors.SignatureInvalid` (or
+        ``KeyError_`` for an unusable JWKS) when it does not verify."""
+        resp = self.call("DISCOVER", parameters, task_id=task_id, path=path)
+        keys = jwks if jwks is not None else self.jwks()
+        return resp, verify_discover_answer(resp, keys, parameters, task_id)
 
     def _envelope(
         self, method: str, parameters: Mapping[str, Any], task_id: str
@@ -296,3 +317,27 @@ def verify_discover_result(
     if parameters is not None and result.get("query_digest") != query_digest(parameters):
         raise AgtpError("query_digest does not match the parameters sent", code="digest_mismatch")
     return str(kid)
+
+
+def verify_discover_answer(
+    resp: AgtpResponse,
+    jwks: Mapping[str, Any],
+    parameters: Mapping[str, Any] | None = None,
+    task_id: str | None = None,
+) -> str:
+    """Any DISCOVER answer, verified: a 200's signed result (and its
+    ``query_digest``), or a refusal's signed error object (its status, Task-ID
+    and ``query_digest``). Return the signing kid; an unsigned answer raises
+    :class:`UnsignedResponse` (discovery draft 3.4: it MUST be rejected)."""
+    if resp.status == 200:
+        result = resp.body.get("result")
+        if not isinstance(result, dict) or RESULT_SIGNATURE_FIELD not in result:
+            raise UnsignedResponse("the DISCOVER result is not signed; rejected")
+        return verify_discover_result(result, jwks, parameters)
+    return check_refusal(
+        resp.status,
+        resp.body,
+        TrustedKeys.from_jwks(jwks),
+        task_id=task_id,
+        parameters=parameters,
+    )

@@ -56,6 +56,10 @@ ADDRESS_BYTES_PER_TOKEN = 16 * 1024
 ADDRESS_FREE_MS = 2.0
 ADDRESS_MS_PER_TOKEN = 1.0
 REFUSAL_TOKENS = 4.0
+# A DISCOVER refusal is signed (ES256 over its JCS): ~0.05 ms of CPU here
+# (bench/refusal_sign.py), charged as one whole token so that a flood of
+# refusals pays for its signatures at least as fast as a flood of DISCOVERs.
+SIGNED_REFUSAL_TOKENS = 1.0
 REFUSED_AFTER_PARSING = frozenset({401, 451, 453})
 # Identity headers of a request refused before parsing are audited up to this length.
 AUDITED_HEADER_CHARS = 256
@@ -131,7 +135,13 @@ class RequestGate:
         return identity if isinstance(identity, Identity) else None
 
     def limit_address(
-        self, method: str, creds: Credentials, headers: Mapping[str, str], body_bytes: int = 0
+        self,
+        method: str,
+        creds: Credentials,
+        headers: Mapping[str, str],
+        body_bytes: int = 0,
+        *,
+        signed: bool = False,
     ) -> None:
         """Charge the client address for this AGTP request: one token, and one
         more per ``ADDRESS_BYTES_PER_TOKEN`` of body, since parsing costs in
@@ -139,13 +149,17 @@ class RequestGate:
         body is parsed: the audit record of
         a refusal names the Agent-ID, Principal-ID and Task-ID headers as
         sent (at most 256 characters each), or null. Not limited: no IP
-        address (a unix socket, unknown), an exempt one, the limit off."""
+        address (a unix socket, unknown), an exempt one, the limit off.
+        When the refusal will be ``signed`` (DISCOVER), the address pays
+        ``SIGNED_REFUSAL_TOKENS`` for it here, and its Retry-After says so."""
         key = self._address_key(creds)
         if key is None:
             return
         method = method[:32]
         cost = 1 + body_bytes // ADDRESS_BYTES_PER_TOKEN
-        decision = self.address_limiter.check(key, method, cost)
+        decision = self.address_limiter.check(
+            key, method, cost, SIGNED_REFUSAL_TOKENS if signed else 0.0
+        )
         if decision.notes:
             about = {
                 field: _bounded(headers.get(header))
@@ -163,19 +177,25 @@ class RequestGate:
                 headers=(("retry-after", str(decision.retry_after)),),
             )
 
-    def settle(self, creds: Credentials, cpu_seconds: float, refused: bool) -> None:
+    def settle(
+        self, creds: Credentials, cpu_seconds: float, refused: bool, *, signed: bool = False
+    ) -> None:
         """Charge the client address for what its request turned out to cost:
         one token per ``ADDRESS_MS_PER_TOKEN`` of CPU beyond the first
-        ``ADDRESS_FREE_MS``, and ``REFUSAL_TOKENS`` for a request refused
-        after parsing (401, 451, 453: each writes an audit record). A costly
-        query or a stream of refusals then uses the address's allowance
-        faster than a plain DISCOVER does."""
+        ``ADDRESS_FREE_MS``, ``REFUSAL_TOKENS`` for a request refused
+        after parsing (401, 451, 453: each writes an audit record), and
+        ``SIGNED_REFUSAL_TOKENS`` for a signed refusal (any DISCOVER error
+        answer after :meth:`limit_address` let it in; that method charges its
+        own 429s). A costly query or a stream of refusals then uses the address's
+        allowance faster than a plain DISCOVER does."""
         key = self._address_key(creds)
         if key is None:
             return
         extra = max(0.0, cpu_seconds * 1000.0 - ADDRESS_FREE_MS) / ADDRESS_MS_PER_TOKEN
         if refused:
             extra += REFUSAL_TOKENS
+        if signed:
+            extra += SIGNED_REFUSAL_TOKENS
         self.address_limiter.debit(key, extra)
 
     def _address_key(self, creds: Credentials) -> str | None:

@@ -147,13 +147,21 @@ def _guard_late_request_data() -> None:
         # A request reset in the same read as it began is never started: no
         # task, no priority-tree entry (rapid reset costs parsing only).
         reset = {e.stream_id for e in events if isinstance(e, h2.events.StreamReset)}
+        handed = False
         for event in events:
             if reset and _started_and_reset(event, reset):
                 continue
             if _after_response(self, event):
                 await _drop(self, event)
             else:
-                await original(self, [event])
+                await original(self, [event])  # which flushes what h2 has queued
+                handed = True
+        if not handed:
+            # h2 answers some frames itself, with no event: DATA on a stream
+            # closed by END_STREAM gets RST_STREAM STREAM_CLOSED (h2spec
+            # http2/5.1/11). hypercorn flushes that at the end of every batch,
+            # even an empty one; so must we, or it waits in the buffer.
+            await self._flush()
 
     H2Protocol._handle_events = _mark(handle_events)  # type: ignore[method-assign]
 

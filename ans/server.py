@@ -35,14 +35,14 @@ from ans.federation.h2transport import H2PeerTransport
 from ans.federation.native_transport import NativePeerTransport
 from ans.federation.transport import HttpxTransport, SchemeRouter
 from ans.governance.audit import AuditLog
-from ans.governance.keys import SigningKey, TrustedKeys
+from ans.governance.keys import KeyError_, SigningKey, TrustedKeys
 from ans.governance.policy import ZonePolicy
 
 from . import drain, hypercorn_fixes
 from .ann import AnnSettings
 from .app import AnsApp
 from .audited import recover as recover_audit
-from .config import Config
+from .config import Config, ConfigError
 from .gate import RequestGate
 from .matcher import (
     CapabilityIndex,
@@ -56,6 +56,7 @@ from .mtls import serve_with_client_certs
 from .native_server import MAX_CONNECTIONS as NATIVE_MAX_CONNECTIONS
 from .native_server import SCHEME_CLEARTEXT, SCHEME_TLS, NativeListener, native_ssl_context
 from .outbox import Outbox
+from .preflight import open_registry
 from .refresher import FreshnessRunner
 from .service import AnsService, Clock, utc_now
 from .store import DataDirLock, RegistryStore, SQLiteStore
@@ -210,7 +211,10 @@ def build_service(
     data.mkdir(parents=True, exist_ok=True)
     lock = DataDirLock.acquire(data, "ans serve")
     t0 = time.perf_counter()
-    signing_key = SigningKey.load_or_create(data / SIGNING_KEY_FILE)
+    # The registry first: one that cannot be read stops the start before a
+    # signing key is made for it.
+    store = open_registry(data / REGISTRY_FILE)
+    signing_key = load_signing_key(data / SIGNING_KEY_FILE)
     trusted = load_keys(config.governance_jwks)
     demo_key = None
     if config.demo:
@@ -235,7 +239,6 @@ def build_service(
             min_capability_match=config.relevance.threshold,
             clock=clock,
         )
-    store = SQLiteStore(data / REGISTRY_FILE)
     recover_audit(store, audit)  # committed changes a crash left without their record
     matcher, snapshot = load_index(
         data / INDEX_DIR, embedder or WordLlamaEmbedder(), store, config.index
@@ -283,6 +286,20 @@ def build_service(
             webhook=s.webhook_url is not None,
         )
     return Built(service, demo_key, build_gate(config, service, trusted, clock), freshness, lock)
+
+
+def load_signing_key(path: Path) -> SigningKey:
+    """The ANS signing key; a new one is generated (and said loudly: clients
+    that pinned the old key will refuse this server's answers) when the file
+    does not exist. A corrupt key file is a ConfigError naming it."""
+    existed = path.exists()
+    try:
+        key = SigningKey.load_or_create(path)
+    except (KeyError_, OSError) as exc:
+        raise ConfigError(f"signing key {path}: {exc}") from None
+    if not existed:
+        log.warning("NEW ANS signing key generated", path=str(path), kid=key.kid)
+    return key
 
 
 def build_offline_service(

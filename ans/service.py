@@ -39,6 +39,7 @@ from ans.governance.lifecycle import (
     RETIRED,
     SUSPENDED,
     check_manifest_freshness,
+    check_manifest_time,
     check_transition,
     verify_event,
 )
@@ -712,6 +713,7 @@ class AnsService:
             self._explain_removed_key(req.manifest, exc)
             raise
         manifest = verified.manifest
+        check_manifest_time(manifest, self.clock(), self._max_skew())
         cid = manifest["canonical_id"]
         # Checked once outside the lock so that a refused or unchanged
         # registration is never embedded, and again under it (state may move).
@@ -792,7 +794,8 @@ class AnsService:
 
         Returns (stored canonical ids in order, unchanged count,
         [(position in ``verified``, refusal)])."""
-        now = rfc3339(self.clock())
+        at = self.clock()
+        now = rfc3339(at)
         refused: list[tuple[int, AgtpError]] = []
         unchanged = 0
         with self._activate_lock:
@@ -801,6 +804,7 @@ class AnsService:
             for i, (manifest, caps, kid) in enumerate(verified):
                 cid = manifest["canonical_id"]
                 try:
+                    check_manifest_time(manifest, at, self._max_skew())
                     prev = pending.get(cid) or previous.get(cid)
                     withdrawn = self._withdrawn.get(cid)
                     if withdrawn is not None and withdrawn != SUSPENDED:
@@ -854,6 +858,11 @@ class AnsService:
                 for a in agents:
                     self._forget_fields(a.canonical_id)
         return [a.canonical_id for a in agents], unchanged, refused
+
+    def _max_skew(self) -> timedelta:
+        """How far in the future a signed timestamp may be (lifecycle events,
+        manifests): ``lifecycle_max_skew``."""
+        return timedelta(seconds=self.config.lifecycle_max_skew)
 
     def _explain_removed_key(self, manifest: dict[str, Any], exc: UnknownSigningKey) -> None:
         """An unknown key that once signed this agent's stored manifest was

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ans.protocol.errors import Conflict, Gone, InvalidParameter, NotFound
+from ans.protocol.errors import Conflict, Gone, InvalidManifest, InvalidParameter, NotFound
 from ans.protocol.jcs import canonicalize
 
 from .keys import SigningKey
@@ -194,6 +194,35 @@ def manifest_body(manifest: Mapping[str, Any]) -> bytes:
     return body
 
 
+def _manifest_time(value: Any) -> datetime:
+    # Manifest timestamps are validated as ISO 8601 but may lack an offset;
+    # such a time is read as UTC so it still compares.
+    ts = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+
+
+def check_manifest_time(manifest: Mapping[str, Any], now: datetime, max_skew: timedelta) -> None:
+    """Refuse (422 ``manifest_from_future``) a manifest whose ``last_updated``
+    or ``activated_at`` is later than ``now`` plus the clock-skew window, as
+    lifecycle events are bounded: stored, it would make every corrected
+    manifest ``stale_metadata`` until that date."""
+    for name in ("last_updated", "activated_at"):
+        value = manifest.get(name)
+        if value is None:
+            continue
+        try:
+            ts = _manifest_time(value)
+        except ValueError:
+            continue  # validate_manifest_fields names malformed timestamps
+        if ts > now + max_skew:
+            raise InvalidManifest(
+                f"manifest {name} {str(value)[:64]} is in the future (beyond "
+                f"{int(max_skew.total_seconds())} s of clock skew); the governance "
+                "platform's clock or the manifest is wrong",
+                code="manifest_from_future",
+            )
+
+
 def check_manifest_freshness(new: Mapping[str, Any], stored: Mapping[str, Any]) -> bool:
     """True when ``new`` is the stored manifest again (idempotent re-ACTIVATE),
     False when it is newer; raises ``Conflict(stale_metadata)`` (409) when it
@@ -205,12 +234,7 @@ def check_manifest_freshness(new: Mapping[str, Any], stored: Mapping[str, Any]) 
         return True
 
     def stamp(m: Mapping[str, Any]) -> datetime:
-        # Manifest timestamps are validated as ISO 8601 but may lack an
-        # offset; such a time is read as UTC so it still compares.
-        ts = datetime.fromisoformat(
-            str(m.get("last_updated") or m["activated_at"]).replace("Z", "+00:00")
-        )
-        return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+        return _manifest_time(m.get("last_updated") or m["activated_at"])
 
     new_ts, old_ts = stamp(new), stamp(stored)
     if new_ts > old_ts:

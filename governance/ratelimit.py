@@ -183,10 +183,15 @@ class RateLimiter:
     def __len__(self) -> int:
         return len(self._agents)
 
-    def check(self, agent_id: str, method: str, cost: float = 1.0) -> Decision:
+    def check(
+        self, agent_id: str, method: str, cost: float = 1.0, refusal_cost: float = 0.0
+    ) -> Decision:
         """Count one request by ``agent_id``; refuse it if its bucket holds
         fewer than ``cost`` tokens (at most ``burst``: a request always fits
-        in a full bucket)."""
+        in a full bucket). A refusal takes ``refusal_cost`` tokens (what
+        answering it costs, e.g. a signature; the bucket goes down to at most
+        -burst), and its ``retry_after`` counts them: a client that waits
+        that long is served, one that does not waits longer."""
         s = self.settings
         now = self._now()
         limited = s.enabled and agent_id not in self._exempt
@@ -206,6 +211,8 @@ class RateLimiter:
             if agent.suppressed and agent.audit_until is not None and now >= agent.audit_until:
                 notes.append(self._summary(agent_id, agent))
             return Decision(True, notes=tuple(notes))
+        if refusal_cost > 0:
+            agent.tokens = max(-float(s.burst), agent.tokens - refusal_cost)
         retry = max(1, math.ceil((need - agent.tokens) / s.rate))
         if agent.audit_until is None or now >= agent.audit_until:
             notes.append(

@@ -37,6 +37,9 @@ class AgtpError(Exception):
         # parser after the envelope, the server after parsing), so that an
         # error answer echoes it as a success would.
         self.task_id: str | None = None
+        # The request's query digest (DISCOVER, once its parameters parsed),
+        # so that a signed refusal is bound to the query it refuses.
+        self.query_digest: str | None = None
         if code is not None:
             # Per-instance code for families of one failure kind (e.g. one code
             # per missing header or invalid parameter); always registered below.
@@ -175,6 +178,13 @@ class UnknownSigningKey(SignatureInvalid):
     code = "unknown_signing_key"
 
 
+class UnsignedResponse(SignatureInvalid):
+    """Raised by a client: a DISCOVER answer (result or refusal) carries no
+    ANS signature, so it must be rejected (discovery draft 3.4, 7.1)."""
+
+    code = "unsigned_response"
+
+
 # 429 / 451 / 453 / 5xx ------------------------------------------------------
 class RateLimited(AgtpError):
     status = Status.RATE_LIMITED
@@ -279,6 +289,7 @@ MANIFEST_CHECK_CODES = (
     "invalid_manifest",
     "manifest_missing_field",
     "manifest_field_type",
+    "manifest_from_future",  # 422: last_updated/activated_at beyond the clock skew window
 )
 
 
@@ -298,7 +309,7 @@ ERROR_CODES: frozenset[str] = frozenset(
     | set(INVALID_HEADER_CODES.values())
     | {f"invalid_{p}" for p in DISCOVER_PARAMETERS}
     | {"invalid_canonical_id", "invalid_parameters", "invalid_capabilities"}
-    | {"duplicate_header", "missing_agtp_method", "digest_mismatch"}
+    | {"duplicate_header", "missing_agtp_method", "digest_mismatch", "refusal_mismatch"}
     | {"invalid_start_line", "invalid_header_line", "invalid_content_length"}
     | set(MANIFEST_CHECK_CODES)
     | set(LIFECYCLE_CODES)

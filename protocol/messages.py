@@ -234,7 +234,7 @@ def parse_envelope(
 ) -> Envelope:
     """The common AGTP body ``{"method", "task_id", "parameters", ...}``."""
     header_task = _header_text(headers, "task-id", MAX_TASK_ID_LEN)
-    if not body.strip():
+    if not body:  # only a truly empty body means "no parameters"; " " must parse
         return Envelope(header_task, {})
     doc = jsonstrict.loads(body, max_bytes=limits.max_body_bytes)
     if not isinstance(doc, dict):
@@ -272,14 +272,17 @@ def task_id_hint(headers: Mapping[str, str]) -> str | None:
 
 
 @contextmanager
-def answering(task_id: str | None) -> Iterator[None]:
-    """An AgtpError raised inside carries ``task_id`` (unless it already
-    carries one), so that the error answer echoes the request's Task-ID."""
+def answering(task_id: str | None, digest: str | None = None) -> Iterator[None]:
+    """An AgtpError raised inside carries ``task_id`` and the query
+    ``digest`` (unless it already carries them), so that the error answer
+    echoes the request's Task-ID and a signed refusal names its query."""
     try:
         yield
     except AgtpError as exc:
         if exc.task_id is None:
             exc.task_id = task_id
+        if exc.query_digest is None:
+            exc.query_digest = digest
         raise
 
 
@@ -418,9 +421,14 @@ def parse_discover(headers: Mapping[str, str], body: bytes, limits: Limits) -> D
     identity = parse_identity(headers)
     path, budget = parse_federation_headers(headers)
     env = parse_envelope("DISCOVER", headers, body, limits)
-    with answering(env.task_id):
+    try:  # the digest first, so that a 422 on a parameter names the query it refuses
+        digest: str | None = query_digest(env.parameters)
+    except InvalidParameter:
+        digest = None
+    with answering(env.task_id, digest):
         params = parse_discover_params(env.parameters, limits)
-        digest = query_digest(env.parameters)
+        if digest is None:
+            digest = query_digest(env.parameters)  # raises the canonicalization 422
     return DiscoverRequest(
         identity=identity,
         task_id=env.task_id,

@@ -31,7 +31,13 @@ from ans.protocol.scope import parse_authority_scope
 
 from ans.app import AnsApp
 from ans.config import Config
-from ans.gate import ADDRESS_BYTES_PER_TOKEN, REFUSAL_TOKENS, Credentials, RequestGate
+from ans.gate import (
+    ADDRESS_BYTES_PER_TOKEN,
+    REFUSAL_TOKENS,
+    SIGNED_REFUSAL_TOKENS,
+    Credentials,
+    RequestGate,
+)
 from ans.matcher import CapabilityIndex
 from ans.service import AnsService
 from ans.store import SQLiteStore
@@ -312,7 +318,8 @@ def test_rotating_agent_ids_meet_the_client_address_limit(make_app: Any) -> None
     refused = {**ids[3], "task-id": "t-refused"}
     status, headers, body = call(app, headers=refused, client="203.0.113.5")
     assert status == 429 and body["error"]["code"] == "rate_limited"
-    assert headers["retry-after"] == "2"  # one token at 0.5/s
+    # one token at 0.5/s, and one more the signed refusal cost (SIGNED_REFUSAL_TOKENS)
+    assert headers["retry-after"] == "4"
     assert "client address" in body["error"]["message"]
     # a scope refusal (451) would write a record per request: it is refused first
     for h in ids[4:10]:
@@ -329,14 +336,17 @@ def test_rotating_agent_ids_meet_the_client_address_limit(make_app: Any) -> None
     )
     assert (rec["status"], rec["retry_after"], rec["suppressed"], rec["principal_id"]) == (
         429,
-        2,
+        4,
         0,
         "usr-1",
     )
     # refused before the body was parsed: the Task-ID is the header's
     assert rec["task_id"] == "t-refused" and rec["summary"] is False
     assert not any(r["event"] == "scope_violation" for r in audit_events(svc))
-    ticker.t += 2.0  # refilled: served again
+    # each of the 7 signed 429s took a token: the bucket is 3 (burst) in debt
+    ticker.t += 6.0
+    assert call(app, headers=ids[1], client="203.0.113.5")[0] == 429
+    ticker.t += 8.0  # refilled: served again
     assert call(app, headers=ids[1], client="203.0.113.5")[0] == 200
     assert len(address_records(svc)) == 1
     # past the audit window, the next admitted request writes the suppressed count
@@ -345,7 +355,7 @@ def test_rotating_agent_ids_meet_the_client_address_limit(make_app: Any) -> None
     summary = address_records(svc)[-1]
     assert (summary["summary"], summary["suppressed"], summary["client_address"]) == (
         True,
-        6,
+        7,  # the 6 scope refusals above and the early retry
         "203.0.113.5",
     )
     assert "agent_id" not in summary
@@ -449,7 +459,8 @@ def parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def test_a_flood_of_unparseable_bodies_is_refused_per_address_without_being_parsed(
     make_app: Any, parses: list[str], body: bytes, status: int
 ) -> None:
-    cost = 1 + len(body) // ADDRESS_BYTES_PER_TOKEN  # a body pays for its size
+    # a body pays for its size, a (signed) DISCOVER refusal for its signature
+    cost = 1 + len(body) // ADDRESS_BYTES_PER_TOKEN + int(SIGNED_REFUSAL_TOKENS)
     app, svc, _ = make_app(per_address_rate=0.01, per_address_burst=3 * cost)
     assert [call(app, body=body, client="198.51.100.7")[0] for _ in range(3)] == [status] * 3
     assert parses == ["DISCOVER"] * 3
@@ -498,7 +509,12 @@ def test_costly_requests_and_refusals_use_the_address_allowance_faster(make_app:
     assert statuses == [200, 200, 200, 200, 429, 429]  # 1 + 10 tokens each: 4 fit in 40
     app, _, _ = make_app(per_address_rate=0.01, per_address_burst=40)
     refused = [call(app, scope="documents:read", client="192.0.2.31")[0] for _ in range(10)]
-    assert refused == [451] * 8 + [429] * 2  # 1 + 4 tokens each: 8 fit in 40
+    # 1 + 4 (audit record) + 1 (signature) tokens each: 7 start within 40
+    assert REFUSAL_TOKENS + SIGNED_REFUSAL_TOKENS == 5
+    assert refused == [451] * 7 + [429] * 3
+    # a refusal that writes no audit record still pays for its signature: 1 + 1
+    bad = [call(app, params={"limit": 0}, client="192.0.2.33")[0] for _ in range(21)]
+    assert bad == [422] * 20 + [429]
     cheap = [call(app, params={"intent": "audit"}, client="192.0.2.32")[0] for _ in range(41)]
     assert cheap == [200] * 40 + [429]  # a cheap request pays 1, as before
 

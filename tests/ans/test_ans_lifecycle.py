@@ -268,6 +268,44 @@ def test_reactivate_same_manifest_is_idempotent_older_is_stale(
     assert audit_events(world["path"])[-1]["code"] == "stale_metadata"
 
 
+def test_a_manifest_from_the_future_is_refused_and_cannot_block_corrections(
+    world: dict[str, Any], make_manifest: Callable[..., Any]
+) -> None:
+    """A last_updated far ahead (2099) is bounded like a lifecycle event's
+    issued_at (lifecycle_max_skew): 422, nothing stored, so the corrected
+    manifest after it is not refused as stale_metadata until 2099."""
+    svc = world["svc"]
+    fields = dict(job_description=AGENTS["legal-translator"], governance_zone="zone:finance")
+    ahead = make_manifest("legal-translator", **fields, last_updated="2099-01-01T00:00:00Z")
+    assert refused(svc.activate, ActivateRequest(GOV, "t", ahead, CAPS)) == (
+        422,
+        "manifest_from_future",
+    )
+    assert audit_events(world["path"])[-1]["code"] == "manifest_from_future"
+    skew = timedelta(seconds=svc.config.lifecycle_max_skew)
+    # within the skew window (a governance clock a little ahead) is accepted
+    near = make_manifest(
+        "legal-translator",
+        **{**fields, "behavioral_trust_score": 0.5},
+        last_updated=(NOW + skew - timedelta(seconds=1)).isoformat(),
+    )
+    assert svc.activate(ActivateRequest(GOV, "t", near, CAPS))["unchanged"] is False
+    world["clock"].now = NOW + skew  # time moves on: a newer correction is accepted
+    fixed = make_manifest(
+        "legal-translator",
+        **{**fields, "behavioral_trust_score": 0.6},
+        last_updated=(NOW + skew).isoformat(),
+    )
+    assert svc.activate(ActivateRequest(GOV, "t", fixed, CAPS))["unchanged"] is False
+    # activated_at is bounded too, and so is the bulk path (ans import)
+    late = make_manifest("legal-translator", **fields, activated_at="2099-01-01T00:00:00Z")
+    assert refused(svc.activate, ActivateRequest(GOV, "t", late, CAPS))[1] == (
+        "manifest_from_future"
+    )
+    _, _, bulk_refused = svc.activate_many([(ahead, CAPS, "kid")])
+    assert [(i, e.code) for i, e in bulk_refused] == [(0, "manifest_from_future")]
+
+
 def test_activate_of_a_suspended_agent_needs_reinstate(
     world: dict[str, Any], gov_key: SigningKey, make_manifest: Callable[..., Any]
 ) -> None:

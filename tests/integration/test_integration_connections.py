@@ -27,6 +27,7 @@ from typing import Any
 
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
 import hpack
 import pytest
@@ -228,6 +229,52 @@ def test_an_early_answer_costs_only_its_own_request(
         again = client.start("DISCOVER", "/")  # the connection is still usable
         client.finish(again)
         assert_answered(client.wait(again))
+    finally:
+        client.close()
+
+
+def test_data_on_a_closed_stream_is_a_stream_closed_error(demo: RunningServer) -> None:
+    """h2spec http2/5.1/11: DATA on a stream both sides have ended is a
+    STREAM_CLOSED error (RST_STREAM, or GOAWAY: RFC 9113 section 5.1), sent at
+    once; the late-DATA guard must not swallow it (it held it back before)."""
+    from hyperframe.frame import DataFrame, Frame, GoAwayFrame, RstStreamFrame
+
+    client = RawH2(demo.url)
+    try:
+        sid = client.conn.get_next_available_stream_id()
+        client.conn.send_headers(
+            sid,
+            [
+                (":method", "GET"),
+                (":path", "/healthz"),
+                (":scheme", "http"),
+                (":authority", client.authority),
+            ],
+            end_stream=True,
+        )
+        client.answers[sid] = Answer()
+        client._flush()
+        assert client.wait(sid).headers.get(":status") == "200"
+        late = DataFrame(sid, data=b"test", flags=["END_STREAM"])
+        client.sock.sendall(late.serialize())  # past the client's own state machine
+        client.sock.settimeout(5)
+        got: list[Frame] = []
+        buf = b""
+        while not any(isinstance(f, (RstStreamFrame, GoAwayFrame)) for f in got):
+            data = client.sock.recv(65536)  # TimeoutError: nothing came back
+            assert data, "the server closed the connection without RST_STREAM or GOAWAY"
+            buf += data
+            while len(buf) >= 9:
+                frame, length = Frame.parse_frame_header(memoryview(buf[:9]))
+                if len(buf) < 9 + length:
+                    break
+                frame.parse_body(memoryview(buf[9 : 9 + length]))
+                buf = buf[9 + length :]
+                got.append(frame)
+        error = next(f for f in got if isinstance(f, (RstStreamFrame, GoAwayFrame)))
+        assert error.error_code == h2.errors.ErrorCodes.STREAM_CLOSED
+        if isinstance(error, RstStreamFrame):
+            assert error.stream_id == sid
     finally:
         client.close()
 

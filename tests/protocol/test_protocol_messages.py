@@ -248,6 +248,16 @@ def test_malformed_json_body() -> None:
     expect(MalformedJson, 400, "malformed_json", parse_discover, HEADERS, b'{"method": ', Limits())
 
 
+@pytest.mark.parametrize(
+    "data", [b" ", b"\x0b", b"\x0c", b"\n", b" \t\r\n"], ids=["sp", "vt", "ff", "lf", "mixed"]
+)
+@pytest.mark.parametrize("parse", [parse_discover, parse_describe], ids=["discover", "describe"])
+def test_a_blank_body_is_not_an_empty_one(parse: Any, data: bytes) -> None:
+    """Only a truly empty body means "no parameters"; whitespace (JSON's, or
+    \x0b/\x0c, which are not JSON whitespace) must parse, and does not."""
+    expect(MalformedJson, 400, "malformed_json", parse, HEADERS, data, Limits())
+
+
 def test_body_too_large() -> None:
     limits = Limits(max_body_bytes=32)
     expect(
