@@ -100,7 +100,8 @@ async def finish_http2(server: Any) -> None:
     if not isinstance(proto, H2Protocol) or proto.closed:
         return
     ctx = proto.context
-    assert isinstance(ctx, ConnectionContext)
+    if not isinstance(ctx, ConnectionContext):
+        return  # install() not called in this process: hypercorn's own close
     if not ctx.pinged:
         ctx.pinged = True
         proto.connection.ping(PING_TOKEN)
