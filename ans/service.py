@@ -780,7 +780,7 @@ class AnsService:
     def activate_many(
         self,
         verified: Sequence[tuple[dict[str, Any], dict[str, Any], str]],
-        requester: Mapping[str, Any],
+        requester: Mapping[str, Any] | None = None,
     ) -> tuple[list[str], int, list[tuple[int, AgtpError]]]:
         """ACTIVATE a batch of already verified (manifest, capabilities,
         signer_kid), as if one after another: the same admissibility rules
@@ -788,9 +788,10 @@ class AnsService:
         the same canonical id checked against the earlier one. Then one store
         transaction, one batched embedding, one index update.
 
-        The batch's audit record (``bulk_import_batch``, with ``requester``
-        fields) is committed with it; the store or audit log unwritable
-        raises 503 ``storage_unavailable`` with nothing applied.
+        The batch's audit record (``bulk_import_batch``, with the
+        ``requester_fields`` of who imports, if given) is committed with it;
+        the store or audit log unwritable raises 503 ``storage_unavailable``
+        with nothing applied.
 
         Returns (stored canonical ids in order, unchanged count,
         [(position in ``verified``, refusal)])."""
@@ -845,7 +846,7 @@ class AnsService:
                     count=len(agents),
                     first_canonical_id=agents[0].canonical_id,
                     last_canonical_id=agents[-1].canonical_id,
-                    **requester,
+                    **(requester or {}),
                 )
                 ref = self.store.upsert_many(agents, audit)  # durable first, with its record
                 publish(self.store, self.audit, ref, audit)
