@@ -651,7 +651,8 @@ def test_a_client_within_the_control_frame_budget_is_served(demo: RunningServer)
             {
                 "method": "DISCOVER",
                 "task_id": "t-good",
-                "parameters": {"intent": "audit contracts", "limit": 100, "include_evidence": True},
+                # no intent: every demo agent, ranked on trust (an intent has only its matches)
+                "parameters": {"limit": 100, "trust_tier_min": 3, "include_evidence": True},
             }
         ).encode()
         read = 0
