@@ -50,10 +50,9 @@ ZONE_HEADER = "agtp-zone-id"
 # its size (a 256 KiB body of nested lists ~15 ms, a small DISCOVER ~0.05 ms).
 ADDRESS_BYTES_PER_TOKEN = 16 * 1024
 # What a request turns out to cost, charged after it (RequestGate.settle): a
-# plain DISCOVER takes well under ADDRESS_FREE_MS of CPU here; one with
-# limit 100, evidence and a long intent ~12 ms. A refusal after parsing
-# writes an audit record.
-ADDRESS_FREE_MS = 2.0
+# plain DISCOVER takes well under [rate_limit] per_address_free_ms (2 ms) of
+# CPU here; one with limit 100, evidence and a long intent ~12 ms. A refusal
+# after parsing writes an audit record.
 ADDRESS_MS_PER_TOKEN = 1.0
 REFUSAL_TOKENS = 4.0
 # A DISCOVER refusal is signed (ES256 over its JCS): ~0.05 ms of CPU here
@@ -182,7 +181,7 @@ class RequestGate:
     ) -> None:
         """Charge the client address for what its request turned out to cost:
         one token per ``ADDRESS_MS_PER_TOKEN`` of CPU beyond the first
-        ``ADDRESS_FREE_MS``, ``REFUSAL_TOKENS`` for a request refused
+        ``per_address_free_ms``, ``REFUSAL_TOKENS`` for a request refused
         after parsing (401, 451, 453: each writes an audit record), and
         ``SIGNED_REFUSAL_TOKENS`` for a signed refusal (any DISCOVER error
         answer after :meth:`limit_address` let it in; that method charges its
@@ -191,7 +190,8 @@ class RequestGate:
         key = self._address_key(creds)
         if key is None:
             return
-        extra = max(0.0, cpu_seconds * 1000.0 - ADDRESS_FREE_MS) / ADDRESS_MS_PER_TOKEN
+        free_ms = self.address_limiter.settings.per_address_free_ms
+        extra = max(0.0, cpu_seconds * 1000.0 - free_ms) / ADDRESS_MS_PER_TOKEN
         if refused:
             extra += REFUSAL_TOKENS
         if signed:

@@ -53,7 +53,6 @@ from ans.protocol.errors import AgtpError, InvalidParameter
 from ans.app import AnsApp
 from ans.config import Config
 from ans.gate import (
-    ADDRESS_FREE_MS,
     ADDRESS_MS_PER_TOKEN,
     REFUSAL_TOKENS,
     SIGNED_REFUSAL_TOKENS,
@@ -259,7 +258,7 @@ def main() -> int:
         "signed_refusal": SIGNED_REFUSAL_TOKENS,
         "refusal_after_parsing_audit": REFUSAL_TOKENS,
         "cpu_ms_per_token_past_free": ADDRESS_MS_PER_TOKEN,
-        "free_cpu_ms_per_request": ADDRESS_FREE_MS,
+        "free_cpu_ms_per_request": RateLimitSettings().per_address_free_ms,
     }
     served_us = report["200_served"]["signed_us"]
     doc = {

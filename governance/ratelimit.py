@@ -62,6 +62,9 @@ class RateLimitSettings:
     # Per client address (every AGTP request, before parsing); 0 disables this limit only.
     per_address_rate: float = 200.0  # tokens per second
     per_address_burst: int = 400
+    # CPU a request may use before it costs its address more than its one token
+    # (then one token per further millisecond).
+    per_address_free_ms: float = 2.0
     exempt_addresses: tuple[IPNetwork, ...] = ()  # parsed by parse_networks
 
     def per_address(self) -> RateLimitSettings:
@@ -99,6 +102,8 @@ class RateLimitSettings:
             )
         if self.per_address_burst < 1:
             out.append("per_address_burst must be at least 1")
+        if not (self.per_address_free_ms >= 0 and math.isfinite(self.per_address_free_ms)):
+            out.append("per_address_free_ms must be a number of milliseconds >= 0")
         if not all(isinstance(n, IPNetwork) for n in self.exempt_addresses):
             out.append("exempt_addresses must be IP networks (see parse_networks)")
         return out

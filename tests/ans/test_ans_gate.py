@@ -517,6 +517,12 @@ def test_costly_requests_and_refusals_use_the_address_allowance_faster(make_app:
     assert bad == [422] * 20 + [429]
     cheap = [call(app, params={"intent": "audit"}, client="192.0.2.32")[0] for _ in range(41)]
     assert cheap == [200] * 40 + [429]  # a cheap request pays 1, as before
+    # [rate_limit] per_address_free_ms raises what a request may use for its one token
+    app, _, _ = make_app(
+        cpu_ms=12.0, per_address_rate=0.01, per_address_burst=40, per_address_free_ms=12.5
+    )
+    roomy = [call(app, params={"intent": "audit"}, client="192.0.2.34")[0] for _ in range(41)]
+    assert roomy == [200] * 40 + [429]
 
 
 def test_unsupported_methods_are_counted_per_address(make_app: Any, parses: list[str]) -> None:

@@ -386,8 +386,13 @@ def test_rotating_agent_ids_meet_the_client_address_limit(
     not the per-address one; both listeners share the address's bucket; one
     audit record per address per window, the rest summarised at shutdown."""
     cfg = tmp_path / "ans.toml"
-    # 0.1/s rather than 1/s: five requests must not outlast the refill of a token
-    cfg.write_text("[rate_limit]\nper_address_rate = 0.1\nper_address_burst = 5\n")
+    # 0.1/s rather than 1/s: five requests must not outlast the refill of a token;
+    # and a token per request whatever its CPU (a cold first DISCOVER on a busy
+    # machine can take past the default 2 ms and cost a second token).
+    cfg.write_text(
+        "[rate_limit]\nper_address_rate = 0.1\nper_address_burst = 5\n"
+        "per_address_free_ms = 1000.0\n"
+    )
     data = tmp_path / "data"
     srv = server_factory(data, "--config", str(cfg), "--native-listen", "127.0.0.1:0")
     assert srv.native_url is not None

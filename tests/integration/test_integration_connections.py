@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -352,6 +353,17 @@ def ask_and_leave(url: str, n: int) -> None:
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def wait_until(condition: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
 def test_answers_nobody_reads_do_not_pile_up(tmp_path: Path, server_factory: Any) -> None:
     """A client that closes before reading its answer leaves nothing behind:
     hypercorn kept each such connection's answer and tasks for good (about
@@ -361,10 +373,13 @@ def test_answers_nobody_reads_do_not_pile_up(tmp_path: Path, server_factory: Any
     cfg.write_text("[rate_limit]\nenabled = false\n")
     srv = server_factory(tmp_path / "data", "--demo", "--config", str(cfg))
     grown = []
+    open_at_start = open_fds(srv.proc.pid)
     for _ in range(3):  # warm-up, then two measured rounds
         before = rss_kb(srv.proc.pid)
         ask_and_leave(srv.url, 400)
-        time.sleep(1.0)
+        # Measure once the server has closed the 400 connections, not after a
+        # fixed pause (on a loaded machine it may still hold them).
+        wait_until(lambda: open_fds(srv.proc.pid) <= open_at_start + 4, 60)
         grown.append(rss_kb(srv.proc.pid) - before)
     assert sum(grown[1:]) < 20_000, f"server grew {grown} KB per round of 400"
     ask_once(srv.url)  # and it still answers
