@@ -23,8 +23,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check ans protocol governance federation tests bench
-	$(BIN)/mypy ans protocol governance federation
+	$(BIN)/ruff check ans protocol governance federation tests bench tools
+	$(BIN)/mypy ans protocol governance federation tools
 
 clean:
 	rm -rf $(VENV) $(DATA) .pytest_cache .mypy_cache .ruff_cache *.egg-info

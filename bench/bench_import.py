@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from ans.governance.keys import SigningKey  # noqa: E402
 from ans.governance.signing import sign_document  # noqa: E402
 
-from ans.launcher import start_server  # noqa: E402
+from tools.launcher import start_server  # noqa: E402
 
 VERBS = [
     "Audits",

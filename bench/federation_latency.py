@@ -88,7 +88,7 @@ from metatool_eval import agent_docs  # bench/ is on sys.path when run as a scri
 
 from ans.client import AgtpClient, verify_discover_result
 from ans.demo import demo_capabilities, demo_manifest, load_catalog
-from ans.launcher import RunningServer, cpu_ms, start_server, stop_server
+from tools.launcher import RunningServer, cpu_ms, start_server, stop_server
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "metatool" / "split.json"

@@ -68,7 +68,7 @@ from federation_latency import (  # bench/ is on sys.path when run as a script
 )
 
 from ans.client import AgtpClient
-from ans.launcher import RunningServer, cpu_ms, start_server, stop_server
+from tools.launcher import RunningServer, cpu_ms, start_server, stop_server
 
 A_AGENTS = 50
 TARGET = 2.0

@@ -8,9 +8,9 @@ scoring at k=50.
 The second form reads the index snapshot and registry an ``ans import`` wrote
 (no rebuild), which is how the 1M figures are taken.
 
-Builds the index in-process from ``ans.synth`` agents (no server, no
+Builds the index in-process from ``tools.synth`` agents (no server, no
 signatures: those are the load benchmark's business), then for every query of
-``ans.synth.make_queries`` that has an intent runs the default path and the
+``tools.synth.make_queries`` that has an intent runs the default path and the
 exhaustive one (``exhaustive=True``: every agent scored) and compares their
 top 50 by capability_match_score (ties by canonical_id). Writes
 bench/results/index_scale-<N>.json.
@@ -35,7 +35,7 @@ import numpy as np
 
 from ans.ann import AnnSettings
 from ans.matcher import CapabilityIndex, WordLlamaEmbedder, profile_from
-from ans.synth import generate, make_queries
+from tools.synth import generate, make_queries
 
 K = 50
 

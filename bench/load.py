@@ -4,7 +4,7 @@
 
 Per catalog size N:
 
-1. catalog: ``python -m ans.synth --agents N --seed S --out DIR``, cached
+1. catalog: ``python -m tools.synth --agents N --seed S --out DIR``, cached
    under ``--cache`` (default /tmp/ans-bench) by N and seed;
 2. load: ``ans import`` into a fresh data dir (or, while that command is
    absent, ACTIVATE over HTTP/2 from the load client at concurrency 16);
@@ -53,7 +53,7 @@ from ans.governance.signing import RESULT_SIGNATURE_FIELD, verify_document
 from ans.protocol.messages import query_digest
 from report import size_label  # bench/ is on sys.path when run as a script
 
-from ans.launcher import RunningServer, start_server, stop_server
+from tools.launcher import RunningServer, start_server, stop_server
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
@@ -75,8 +75,8 @@ def log(msg: str) -> None:
 
 
 def synth_module() -> tuple[Any, str]:
-    """The catalog generator: ``ans.synth`` (formats and API in its docstring)."""
-    return importlib.import_module("ans.synth"), "ans.synth"
+    """The catalog generator: ``tools.synth`` (formats and API in its docstring)."""
+    return importlib.import_module("tools.synth"), "tools.synth"
 
 
 def ensure_catalog(n: int, seed: int, cache: Path, source: str) -> tuple[Path, float | None]:
@@ -89,7 +89,7 @@ def ensure_catalog(n: int, seed: int, cache: Path, source: str) -> tuple[Path, f
     cmd = [PY, "-m", source, "--agents", str(n), "--seed", str(seed), "--out", str(out)]
     log(f"generating catalog: {' '.join(cmd[1:])}")
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True)
+    subprocess.run(cmd, check=True, cwd=ROOT)  # tools/ is importable from the project root
     took = time.perf_counter() - t0
     for name in ("agents.jsonl", "queries.jsonl", "governance.jwks.json"):
         if not (out / name).is_file():

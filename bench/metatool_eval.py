@@ -53,11 +53,11 @@ from ans.protocol.scope import parse_authority_scope  # noqa: E402
 from ans.client import AgtpClient, verify_discover_result  # noqa: E402
 from ans.config import Config  # noqa: E402
 from ans.demo import demo_manifest  # noqa: E402
-from ans.launcher import start_server, stop_server  # noqa: E402
 from ans.matcher import WEIGHTS  # noqa: E402
 from ans.server import build_service, configure_logging  # noqa: E402
 from ans.service import AnsService  # noqa: E402
 from ans.text import split_label  # noqa: E402
+from tools.launcher import start_server, stop_server  # noqa: E402
 
 GOV = Identity(
     "agtp://gov.metatool.example/agents/platform",

@@ -56,7 +56,7 @@ from ans.federation.native_transport import NativePeerTransport
 from ans.federation.peers import Peer
 from ans.federation.transport import HttpxTransport, PeerTransport
 
-from ans.launcher import cpu_ms, start_server, stop_server
+from tools.launcher import cpu_ms, start_server, stop_server
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_BYTES = 4 * 1024 * 1024

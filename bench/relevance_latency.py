@@ -7,9 +7,9 @@
 matcher's evidence) or ``"floor"`` (the gate before it: the raw fused score
 against ``min_capability_match``). One run:
 
-1. catalog: the 10k synthetic catalog of ``bench/load.py --quick`` (``ans.synth``,
+1. catalog: the 10k synthetic catalog of ``bench/load.py --quick`` (``tools.synth``,
    seed 1, cached under /tmp/ans-bench), ``ans import``-ed once into one data dir;
-2. intents: distinct intents from ``ans.synth.make_queries`` (the synthetic
+2. intents: distinct intents from ``tools.synth.make_queries`` (the synthetic
    vocabulary, paraphrased), each sent as ``{"intent", "limit": 10}``;
 3. rounds: ``ans serve`` on that data dir with one gate, warm-up, then every
    intent once at c=1 over HTTP/2 (the bench/h2client.py connection, in this
@@ -45,9 +45,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 from h2client import Pool, RequestMaker, percentiles, scope_for  # bench/ is on sys.path
 from load import ANS, SERVER_CONFIG, ensure_catalog, machine, start_ans
 
-from ans import synth
 from ans.client import AgtpClient, verify_discover_result
-from ans.launcher import stop_server
+from tools import synth
+from tools.launcher import stop_server
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMAND = "OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/relevance_latency.py"
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
     problems: list[str] = []
 
-    catalog, _ = ensure_catalog(args.agents, args.seed, args.cache, "ans.synth")
+    catalog, _ = ensure_catalog(args.agents, args.seed, args.cache, "tools.synth")
     jwks_path = catalog / "governance.jwks.json"
     run = args.cache / f"relevance-{args.agents}"
     data = run / "data"

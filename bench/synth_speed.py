@@ -1,4 +1,4 @@
-"""Synthetic-catalog generation speed (ans.synth): agents per second at 10k and
+"""Synthetic-catalog generation speed (tools.synth): agents per second at 10k and
 100k (add 1000000 with --sizes; it writes ~2 GB), beside a floor measured in the
 same run.
 
@@ -35,7 +35,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from ans.governance.signing import sign_document
 from ans.protocol.jcs import canonicalize
 
-from ans.synth import DeterministicSigningKey, generate, write_catalog
+from tools.synth import DeterministicSigningKey, generate, write_catalog
 
 RESULTS = Path(__file__).resolve().parent / "results" / "synth.json"
 

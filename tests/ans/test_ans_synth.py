@@ -1,4 +1,4 @@
-"""ans.synth: synthetic catalogs are deterministic, unique, varied, verify as
+"""tools.synth: synthetic catalogs are deterministic, unique, varied, verify as
 ACTIVATE parameters, their queries parse as DISCOVER requests, and a sample
 registers and is found on a real loopback server."""
 
@@ -18,8 +18,8 @@ from ans.protocol.errors import SignatureInvalid
 from ans.protocol.messages import Limits, parse_discover
 
 from ans.client import AgtpClient, verify_discover_result
-from ans.launcher import start_server, stop_server
-from ans.synth import (
+from tools.launcher import start_server, stop_server
+from tools.synth import (
     AGENTS_FILE,
     CATALOG_FILE,
     JWKS_FILE,
@@ -38,7 +38,7 @@ from ans.synth import (
     unique_agent,
     write_catalog,
 )
-from ans.synth_vocab import DOMAINS, ZONES
+from tools.synth_vocab import DOMAINS, ZONES
 
 SEED = 11
 N_SAMPLE = 2000

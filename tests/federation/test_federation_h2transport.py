@@ -31,7 +31,7 @@ from hypercorn.asyncio import serve
 from hypercorn.config import Config as HypercornConfig
 
 from ans.client import verify_discover_result
-from ans.launcher import RunningServer, start_server, stop_server
+from tools.launcher import RunningServer, start_server, stop_server
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from ans.governance.keys import SigningKey
 
-from ans.launcher import RunningServer, start_server, stop_server
+from tools.launcher import RunningServer, start_server, stop_server
 
 __all__ = ["RunningServer", "start_server", "stop_server"]
 

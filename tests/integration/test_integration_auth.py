@@ -30,7 +30,7 @@ from cryptography.x509.oid import NameOID
 
 from ans.cli import main as cli_main
 from ans.gate import ADDRESS_BYTES_PER_TOKEN
-from ans.launcher import cpu_ms, stop_server
+from tools.launcher import cpu_ms, stop_server
 
 pytestmark = pytest.mark.integration
 

@@ -40,7 +40,7 @@ from hyperframe.frame import (
     WindowUpdateFrame,
 )
 
-from ans.launcher import RunningServer
+from tools.launcher import RunningServer
 
 BODY = json.dumps(
     {"method": "DISCOVER", "task_id": "t-good", "parameters": {"intent": "audit contracts"}}

@@ -22,7 +22,7 @@ import pytest
 from ans.governance.keys import SigningKey
 from ans.governance.signing import sign_document
 
-from ans.launcher import RunningServer, start_server, stop_server
+from tools.launcher import RunningServer, start_server, stop_server
 
 pytestmark = pytest.mark.integration
 

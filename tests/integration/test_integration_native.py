@@ -36,9 +36,9 @@ from ans.app import AnsApp
 from ans.cli import main
 from ans.client import AgtpClient, NativeAgtpClient, connect, verify_discover_result
 from ans.config import Config
-from ans.launcher import RunningServer
 from ans.native_server import NativeListener
 from ans.server import build_service
+from tools.launcher import RunningServer
 
 pytestmark = pytest.mark.integration
 

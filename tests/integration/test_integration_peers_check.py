@@ -16,7 +16,7 @@ from ans.governance.keys import SigningKey
 
 from ans.cli import main
 from ans.client import AgtpClient
-from ans.launcher import RunningServer
+from tools.launcher import RunningServer
 
 
 @pytest.fixture

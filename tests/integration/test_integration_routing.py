@@ -17,8 +17,8 @@ import pytest
 from ans.governance.keys import SigningKey
 
 from ans.client import verify_discover_result
-from ans.launcher import stop_server
 from ans.store import SQLiteStore
+from tools.launcher import stop_server
 
 pytestmark = pytest.mark.integration
 

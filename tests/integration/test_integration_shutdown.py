@@ -27,8 +27,8 @@ from ans.protocol.messages import CONTENT_TYPE
 from ans.protocol.native import NativeResponse, NativeResponseParser, encode_request
 from hyperframe.frame import GoAwayFrame
 
-from ans.launcher import RunningServer
 from ans.native_server import MAX_PIPELINE
+from tools.launcher import RunningServer
 
 pytestmark = pytest.mark.integration
 

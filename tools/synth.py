@@ -1,7 +1,7 @@
 """Synthetic catalogs for load tests: signed Agent Manifest Documents with
 capability documents, DISCOVER queries, and the governance key that signs them.
 
-``python -m ans.synth --agents N --seed S --out DIR [--workers W] [--queries Q]``
+``python -m tools.synth --agents N --seed S --out DIR [--workers W] [--queries Q]``
 writes into DIR:
 
 - ``governance.key.json`` (private JWK, 0600), ``governance.key.pem`` (the same
@@ -20,7 +20,7 @@ never changes its content. Signatures use RFC 6979 deterministic ECDSA, so with
 the same key the files are byte-identical too (ECDSA verification does not care
 how the nonce was chosen).
 
-Text comes from the vocabularies in :mod:`ans.synth_vocab` (fifty capability
+Text comes from the vocabularies in :mod:`tools.synth_vocab` (fifty capability
 domains); DISCOVER intents paraphrase them with other verbs, other templates
 and word-level synonyms instead of copying agent text.
 """
@@ -44,14 +44,13 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from ans.governance.keys import KeyError_, SigningKey, b64url, b64url_decode, public_jwk
+from ans.governance.signing import sign_document
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
-from ans.governance.keys import KeyError_, SigningKey, b64url, b64url_decode, public_jwk
-from ans.governance.signing import sign_document
-
-from .synth_vocab import (
+from tools.synth_vocab import (
     COMPOUND_QUERY_TEMPLATES,
     DOMAINS,
     LABEL_SUFFIXES,
@@ -69,6 +68,8 @@ from .synth_vocab import (
     Domain,
 )
 
+# The catalog format's name, written into catalog.json: kept from
+# when the generator lived in ans/, so that catalogs stay byte-identical.
 GENERATOR = "ans.synth"
 GENERATOR_VERSION = "1"
 KEY_FILE = "governance.key.json"

@@ -1,0 +1,1 @@
+"""Load-test and benchmark tooling (catalog synthesis, a server launcher): not in the wheel."""
