@@ -245,6 +245,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         peers=peers or None,
     )
     check_serve(cfg)  # a wrong path, file or port is one line, before any start-up work
+    from . import drain
+    from .http2_defences import UnsupportedHypercorn
+
+    try:
+        drain.install()  # the HTTP/2 defences: only on the hypercorn they were written for
+    except UnsupportedHypercorn as exc:
+        print(f"ans: {exc}", file=sys.stderr)
+        return 2
     configure_logging(cfg.log_level, cfg.log_format)
     built = build_service(cfg)
     if built.demo_key is not None:

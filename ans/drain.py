@@ -1,6 +1,8 @@
 """Graceful shutdown of the HTTP/2 listener: what each connection does once
 ``ans serve`` has been asked to stop (SIGTERM, SIGINT). Installed by
-:func:`install` (``ans serve`` calls it with :func:`ans.hypercorn_fixes.install`).
+:func:`install` (``ans serve`` calls it after :func:`ans.http2_defences.install`;
+the drain runs for servers whose ``Http2Defences.before_shutdown_close`` is
+:func:`finish_http2`).
 
 hypercorn 0.18 stops accepting, then closes every connection that is idle at
 that moment, without a GOAWAY: requests the client had already sent but the
@@ -38,11 +40,11 @@ from hypercorn.events import RawData
 from hypercorn.protocol.h2 import H2Protocol
 from hyperframe.frame import GoAwayFrame
 
-from . import hypercorn_fixes
+from .http2_defences import install as install_defences
+from .http2_defences.hooks import installed, patch
 
 ACK_WAIT = 1.0  # s: a client that does not read (an idle pooled connection) acknowledges nothing
 PING_TOKEN = b"ans-stop"
-_INSTALLED = "_ans_drain"
 
 
 class ConnectionContext:
@@ -62,33 +64,32 @@ class ConnectionContext:
 
 
 def install() -> None:
-    """Install the drain (idempotent); needs :func:`ans.hypercorn_fixes.install`."""
-    if getattr(H2Protocol.__init__, _INSTALLED, False):
+    """Install the drain (idempotent), and the HTTP/2 defences it needs."""
+    install_defences()
+    if installed(H2Protocol, "__init__"):
         return
-    init: Any = H2Protocol.__init__
-    handle_events = H2Protocol._handle_events
 
-    def init_with_own_context(self: Any, app: Any, config: Any, context: Any, *a: Any) -> None:
-        init(self, app, config, ConnectionContext(context), *a)
+    def own_context(init: Any) -> Any:
+        def init_with_own_context(self: Any, app: Any, config: Any, context: Any, *a: Any) -> None:
+            init(self, app, config, ConnectionContext(context), *a)
 
-    async def handle_events_noting_the_ack(self: Any, events: list[h2.events.Event]) -> None:
-        await handle_events(self, events)
-        # After the batch: the requests read with the ACK have been started.
-        ctx = self.context
-        if ctx.pinged and any(
-            isinstance(e, h2.events.PingAckReceived) and e.ping_data == PING_TOKEN for e in events
-        ):
-            ctx.acked.set()
+        return init_with_own_context
 
-    setattr(init_with_own_context, _INSTALLED, True)
-    H2Protocol.__init__ = init_with_own_context  # type: ignore[method-assign, assignment]
-    H2Protocol._handle_events = handle_events_noting_the_ack  # type: ignore[method-assign]
+    def noting_the_ack(handle_events: Any) -> Any:
+        async def handle_events_noting_the_ack(self: Any, events: list[h2.events.Event]) -> None:
+            await handle_events(self, events)
+            # After the batch: the requests read with the ACK have been started.
+            ctx = self.context
+            if ctx.pinged and any(
+                isinstance(e, h2.events.PingAckReceived) and e.ping_data == PING_TOKEN
+                for e in events
+            ):
+                ctx.acked.set()
 
+        return handle_events_noting_the_ack
 
-def drain_on_shutdown(hc: Any) -> None:
-    """Drain HTTP/2 connections before closing them when the server stops,
-    for servers run with this hypercorn config."""
-    hypercorn_fixes.before_shutdown_close(hc, finish_http2)
+    patch(H2Protocol, "__init__", own_context)
+    patch(H2Protocol, "_handle_events", noting_the_ack)
 
 
 async def finish_http2(server: Any) -> None:

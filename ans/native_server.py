@@ -47,7 +47,7 @@ from ans.protocol.native import NativeParser, NativeRequest, encode_response
 from .app import AnsApp, Answer
 from .config import Config
 from .gate import Credentials
-from .hypercorn_fixes import client_key
+from .http2_defences import client_key
 from .mtls import tls_extension
 
 log = structlog.get_logger("ans.native")

@@ -38,7 +38,7 @@ from ans.governance.audit import AuditLog
 from ans.governance.keys import KeyError_, SigningKey, TrustedKeys
 from ans.governance.policy import ZonePolicy
 
-from . import drain, hypercorn_fixes
+from . import drain, http2_defences
 from .ann import AnnSettings
 from .app import AnsApp
 from .audited import recover as recover_audit
@@ -367,14 +367,16 @@ def hypercorn_config(
     hc.accesslog = None
     hc.errorlog = logging.getLogger("hypercorn.error")  # through our handler, once
     hc.graceful_timeout = config.graceful_timeout
-    hypercorn_fixes.cap_connections(
+    http2_defences.attach(
         hc,
-        config.max_connections_per_client,
-        config.max_connections if max_connections is None else max_connections,
+        http2_defences.Http2Defences(
+            max_connections_per_client=config.max_connections_per_client,
+            max_connections=config.max_connections if max_connections is None else max_connections,
+            first_request_timeout=config.request_timeout,
+            write_timeout=config.write_timeout,
+            before_shutdown_close=drain.finish_http2,  # on SIGTERM: PING, then GOAWAY
+        ),
     )
-    hypercorn_fixes.deadline_for_first_request(hc, config.request_timeout)
-    hypercorn_fixes.deadline_for_answers(hc, config.write_timeout)
-    drain.drain_on_shutdown(hc)
     hc.ssl_handshake_timeout = config.request_timeout
     if config.tls_certfile is not None:
         hc.certfile = str(config.tls_certfile)
@@ -468,8 +470,7 @@ def serve_forever(
     native_at = config.native_host_port
     native_tls = native_ssl_context(config) if native_at is not None else None
     hc = hypercorn_config(config, sock, http_cap)
-    hypercorn_fixes.install()  # late request data, closed connections: see the module
-    drain.install()  # on SIGTERM, answer what was sent, then GOAWAY: see the module
+    drain.install()  # the HTTP/2 defences, and on SIGTERM the drain: see the modules
     # hypercorn does not hand the peer certificate to the app; in mtls mode
     # our accept loop adds it as the ASGI TLS extension (see ans.mtls).
     serve_fn = serve_with_client_certs if config.auth_mode == "mtls" else serve

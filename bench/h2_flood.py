@@ -1,5 +1,5 @@
 """What a PING flood does to a well-behaved client, with and without the
-HTTP/2 control-frame budget (``ans.hypercorn_fixes``).
+HTTP/2 control-frame budget (``ans.http2_defences.control_frames``).
 
     .venv/bin/python bench/h2_flood.py [--seconds 6] [--rounds 2] [--out FILE]
 
@@ -13,7 +13,7 @@ the status. The phases:
   1,000 PINGs at a time as fast as the socket takes them, reads and drops
   what comes back, and reconnects whenever the server ends the connection;
 * ``flood, budget off``: the same against a server whose budget check is
-  switched off (``_charge`` always true), i.e. hypercorn as it was.
+  switched off (``ControlBudget.charge`` always true), i.e. hypercorn as it was.
 
 Phases alternate ``--rounds`` times. Printed and written: p50/p90 of the
 well-behaved client per phase, its ratio to the quiet p50, the number of
@@ -42,10 +42,9 @@ import h2.events
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = """
 import sys
-import ans.hypercorn_fixes as fixes
+from ans.http2_defences.control_frames import ControlBudget
 if sys.argv[1] == "off":
-    assert callable(fixes._charge), "the budget check this bench switches off has moved"
-    fixes._charge = lambda proto, frames: True
+    ControlBudget.charge = lambda self, frames, now: True
 from ans.cli import main
 sys.exit(main(["serve", "--demo", "--listen", "127.0.0.1:0",
                "--data-dir", sys.argv[2], "--config", sys.argv[3]]))

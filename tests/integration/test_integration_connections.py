@@ -1,4 +1,4 @@
-"""HTTP/2 connections under misuse (``ans.hypercorn_fixes``).
+"""HTTP/2 connections under misuse (``ans.http2_defences``).
 
 * A request ANS answers before reading its body (a bad header, no
   AGTP-Method) costs only that request: the body the client goes on sending
