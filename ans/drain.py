@@ -80,7 +80,7 @@ def install() -> None:
             await handle_events(self, events)
             # After the batch: the requests read with the ACK have been started.
             ctx = self.context
-            if ctx.pinged and any(
+            if isinstance(ctx, ConnectionContext) and ctx.pinged and any(
                 isinstance(e, h2.events.PingAckReceived) and e.ping_data == PING_TOKEN
                 for e in events
             ):

@@ -11,6 +11,13 @@ is accepted, the verified leaf certificate is read from the connection's
 (``client_cert_chain``: PEM strings, leaf first). When hypercorn implements
 the extension the app code does not change; only this loop goes away.
 
+hypercorn's public API cannot do this: ``Config.verify_mode`` and
+``ca_certs`` make it verify the certificate, but ``hypercorn.asyncio.serve``
+offers no hook per connection and its scopes carry no ``tls`` extension, so
+the certificate can only be read where the connection is accepted. The
+``TCPServer`` constructor this loop calls is one of the hypercorn internals
+:func:`ans.http2_defences.install` checks (``ans.http2_defences.hooks``).
+
 It serves the secure sockets of the hypercorn config (the mtls
 configuration always has TLS), with hypercorn's lifespan handling, graceful
 shutdown and ``keep_alive_max_requests``.
