@@ -6,6 +6,8 @@ tests/ans/test_ans_http2_defences_vs_plain.py."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +24,7 @@ from hyperframe.frame import (
     WindowUpdateFrame,
 )
 
-from ans import drain, http2_defences
+from ans import cli, drain, http2_defences
 from ans.http2_defences import control_frames, hooks
 
 
@@ -160,3 +162,19 @@ def test_connections_are_counted_per_ipv4_address_or_ipv6_64() -> None:
     assert http2_defences.client_key("2001:db8:1:2:ffff::1") == "2001:db8:1:2::/64"
     assert http2_defences.client_key("2001:db8:1:3::1") == "2001:db8:1:3::/64"
     assert http2_defences.client_key("?") == "?"
+
+
+def test_ans_serve_refuses_another_hypercorn_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = importlib.metadata.version
+    monkeypatch.setattr(
+        importlib.metadata, "version", lambda name: "0.19.0" if name == "hypercorn" else real(name)
+    )
+    argv = ["serve", "--demo", "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "ans: ANS's HTTP/2 defences were written for hypercorn 0.18.x; found 0.19.0"
+        " (install hypercorn>=0.18,<0.19)\n"
+    )
