@@ -268,7 +268,8 @@ class Registry(Mapping[str, AgentEntry]):
     def gate_mask(
         self, params: DiscoverParams, scope: AuthorityScope, zones: ZonePolicy
     ) -> npt.NDArray[np.bool_]:
-        """Which slots pass every hard gate (ans.governance.policy.passes_gates, vectorized)."""
+        """Which slots pass every hard gate: ans.governance.policy.first_failed_gate,
+        vectorized (lifecycle is implied: only Active agents are indexed)."""
         n = len(self._ids)
         mask: npt.NDArray[np.bool_] = self._valid[:n] & (self._tier[:n] <= max_tier(params))
         if params.behavioral_trust_min is not None:
