@@ -6,11 +6,11 @@ One slot per indexed agent; the gate columns live in NumPy arrays by slot
 scope / signer kid as int32 codes into small interned tables) so a DISCOVER
 without an intent filters and ranks a million agents vectorized. Nothing
 else is kept per agent: result fields (job description, ...) are read from
-the store for the results actually returned (:mod:`ans.service`).
+the store for the results actually returned (:mod:`ans.core.live_index`).
 
 It is a read-only ``Mapping[str, AgentEntry]`` (entries are built on
 access) in activation order, like the dict it replaces. Not thread-safe by
-itself: :class:`ans.service.AnsService` holds its lock around every call.
+itself: :class:`ans.core.live_index.LiveIndex` holds its lock around every call.
 """
 
 from __future__ import annotations
