@@ -6,11 +6,11 @@ One slot per indexed agent; the gate columns live in NumPy arrays by slot
 scope / signer kid as int32 codes into small interned tables) so a DISCOVER
 without an intent filters and ranks a million agents vectorized. Nothing
 else is kept per agent: result fields (job description, ...) are read from
-the store for the results actually returned (:mod:`ans.service`).
+the store for the results actually returned (:mod:`ans.core.live_index`).
 
 It is a read-only ``Mapping[str, AgentEntry]`` (entries are built on
 access) in activation order, like the dict it replaces. Not thread-safe by
-itself: :class:`ans.service.AnsService` holds its lock around every call.
+itself: :class:`ans.core.live_index.LiveIndex` holds its lock around every call.
 """
 
 from __future__ import annotations
@@ -268,7 +268,8 @@ class Registry(Mapping[str, AgentEntry]):
     def gate_mask(
         self, params: DiscoverParams, scope: AuthorityScope, zones: ZonePolicy
     ) -> npt.NDArray[np.bool_]:
-        """Which slots pass every hard gate (ans.governance.policy.passes_gates, vectorized)."""
+        """Which slots pass every hard gate: ans.governance.policy.first_failed_gate,
+        vectorized (lifecycle is implied: only Active agents are indexed)."""
         n = len(self._ids)
         mask: npt.NDArray[np.bool_] = self._valid[:n] & (self._tier[:n] <= max_tier(params))
         if params.behavioral_trust_min is not None:

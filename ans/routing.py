@@ -7,7 +7,7 @@ marked with ``routing_reason``, ``equivalent_confidence`` and
 ``alternative_to``. The signed result carries a ``routing`` summary.
 
 This module holds the pure decisions — why the preferred agent cannot be
-routed to, and which candidate replaces it; :class:`ans.service.AnsService`
+routed to, and which candidate replaces it; :meth:`ans.core.discovery.Discovery.route`
 supplies the registry, the store, the gates and the capability matcher.
 
 Never leak an agent the caller may not see: a preferred agent whose zone

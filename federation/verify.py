@@ -20,7 +20,16 @@ from typing import Any
 
 from ans.governance.audit import rfc3339
 from ans.governance.keys import TrustedKeys
-from ans.governance.policy import ZonePolicy, max_tier
+from ans.governance.policy import (
+    GATE_BEHAVIORAL,
+    GATE_RESTRICTED,
+    GATE_TRUST_TIER,
+    GATE_ZONE,
+    THRESHOLD_GATES,
+    ZonePolicy,
+    first_failed_gate,
+    max_tier,
+)
 from ans.governance.signing import RESULT_SIGNATURE_FIELD, verify_document
 from ans.protocol import jsonstrict
 from ans.protocol.errors import AgtpError, UnknownSigningKey
@@ -200,28 +209,20 @@ def _candidate(
     cms = float(raw["capability_match_score"])
     zone: str = raw["governance_zone"]
     p = expect.params
+    # The hard gates of our own DISCOVER (ans.governance.policy), on the entry
+    # as the peer presents it.
+    gated = _PeerEntry(claimed, behavioral, zone, str(raw["org_domain"]).lower())
+    failed = first_failed_gate(gated, p, expect.identity.scope, expect.zones)
     # The thresholds we asked for: a peer that ignores them is misbehaving.
-    if claimed > max_tier(p):
-        answer.drop("peer_threshold_violation", f"{cid[:16]}: trust_tier {claimed} > {max_tier(p)}")
-        return None
-    if p.behavioral_trust_min is not None and behavioral < p.behavioral_trust_min:
-        answer.drop(
-            "peer_threshold_violation",
-            f"{cid[:16]}: behavioral_trust_score {behavioral} < {p.behavioral_trust_min}",
-        )
-        return None
-    if p.governance_zone is not None and zone != p.governance_zone:
-        answer.drop("peer_threshold_violation", f"{cid[:16]}: zone {zone} != {p.governance_zone}")
-        return None
-    if p.org_domain is not None and str(raw["org_domain"]).lower() != p.org_domain:
-        answer.drop("peer_threshold_violation", f"{cid[:16]}: org_domain differs")
+    if failed is not None and failed in THRESHOLD_GATES:
+        answer.drop("peer_threshold_violation", _threshold_detail(failed, cid, gated, p))
         return None
     if not peer.accepts_zone(zone):
         answer.drop("peer_zone_not_accepted", f"{cid[:16]}: zone {zone} not accepted from peer")
         return None
     # Our own policy: restricted zones stay invisible without the grant (no
     # warning, which would itself reveal the agent), and our capability floor.
-    if not expect.zones.granted(zone, expect.identity.scope):
+    if failed == GATE_RESTRICTED:
         answer.drop("restricted_zone", cid[:16])
         return None
     if p.intent is not None and cms < expect.min_capability_match:
@@ -260,6 +261,33 @@ def _candidate(
     for name in PROFILE_PROVENANCE:
         item[name] = provenance[name]
     return Candidate(cid, tier, behavioral, cms, item, route, peer_index)
+
+
+@dataclass(frozen=True, slots=True)
+class _PeerEntry:
+    """A peer's entry as :func:`first_failed_gate` sees it. A peer lists only
+    agents Active where they are indexed (its own gate), and the wire format
+    carries no lifecycle state: a locally withdrawn id is refused at merge."""
+
+    trust_tier: int
+    behavioral_trust_score: float
+    governance_zone: str
+    org_domain: str  # lowercased
+    lifecycle_state: str = "Active"
+
+
+def _threshold_detail(gate: str, cid: str, entry: _PeerEntry, p: DiscoverParams) -> str:
+    """The example kept for a ``peer_threshold_violation`` drop."""
+    if gate == GATE_TRUST_TIER:
+        return f"{cid[:16]}: trust_tier {entry.trust_tier} > {max_tier(p)}"
+    if gate == GATE_BEHAVIORAL:
+        return (
+            f"{cid[:16]}: behavioral_trust_score {entry.behavioral_trust_score} "
+            f"< {p.behavioral_trust_min}"
+        )
+    if gate == GATE_ZONE:
+        return f"{cid[:16]}: zone {entry.governance_zone} != {p.governance_zone}"
+    return f"{cid[:16]}: org_domain differs"
 
 
 def _malformed(raw: Any) -> str | None:

@@ -4,8 +4,11 @@
 * :class:`ZonePolicy` — restricted zones are scope tokens; asking for one
   without the grant is 453, and their agents are invisible to callers
   without it.
-* :func:`passes_gates` — the hard filters of DISCOVER (lifecycle Active,
-  trust tier, behavioral score floor, zone, org domain).
+* :func:`first_failed_gate` — the hard filters of DISCOVER (lifecycle Active,
+  trust tier, behavioral score floor, zone, org domain, restricted zone):
+  the one scalar statement of them, naming the first that fails. The
+  registry's vectorized mask (``ans.registry.Registry.gate_mask``) states
+  the same rules over columns; a test holds the two in agreement.
 """
 
 from __future__ import annotations
@@ -131,21 +134,45 @@ def max_tier(params: DiscoverParams) -> int:
     return params.trust_tier_min if params.trust_tier_min is not None else DEFAULT_MAX_TIER
 
 
-def passes_gates(
+# The hard gates of DISCOVER, in the order they are checked: the reason
+# first_failed_gate() returns.
+GATE_LIFECYCLE = "lifecycle_state"
+GATE_TRUST_TIER = "trust_tier"
+GATE_BEHAVIORAL = "behavioral_trust_score"
+GATE_ZONE = "governance_zone"
+GATE_ORG = "org_domain"
+GATE_RESTRICTED = "restricted_zone"
+# The gates a caller sets in its DISCOVER parameters (the thresholds a peer
+# answering our query must also respect), as opposed to lifecycle and zone grants.
+THRESHOLD_GATES = frozenset({GATE_TRUST_TIER, GATE_BEHAVIORAL, GATE_ZONE, GATE_ORG})
+
+
+def first_failed_gate(
     agent: GatedAgent, params: DiscoverParams, scope: AuthorityScope, zones: ZonePolicy
-) -> bool:
-    """All hard filters; an agent failing any one is never returned or counted."""
+) -> str | None:
+    """The first hard gate ``agent`` fails (one of the ``GATE_*`` names), or
+    None when it passes them all. An agent failing any one is never returned
+    or counted. ``agent.org_domain`` and ``params.org_domain`` are lowercase."""
     if agent.lifecycle_state != "Active":
-        return False
+        return GATE_LIFECYCLE
     if agent.trust_tier > max_tier(params):
-        return False
+        return GATE_TRUST_TIER
     if (
         params.behavioral_trust_min is not None
         and agent.behavioral_trust_score < params.behavioral_trust_min
     ):
-        return False
+        return GATE_BEHAVIORAL
     if params.governance_zone is not None and agent.governance_zone != params.governance_zone:
-        return False
+        return GATE_ZONE
     if params.org_domain is not None and agent.org_domain != params.org_domain:
-        return False
-    return zones.granted(agent.governance_zone, scope)
+        return GATE_ORG
+    if not zones.granted(agent.governance_zone, scope):
+        return GATE_RESTRICTED
+    return None
+
+
+def passes_gates(
+    agent: GatedAgent, params: DiscoverParams, scope: AuthorityScope, zones: ZonePolicy
+) -> bool:
+    """All hard filters pass (:func:`first_failed_gate` is None)."""
+    return first_failed_gate(agent, params, scope, zones) is None

@@ -342,7 +342,7 @@ def test_refused_lines_are_reported_and_audited(
     svc = make_service(data, gov_key, embedder)
     stored = svc.store.get(v2["canonical_id"])
     assert stored is not None and stored.manifest["job_description"] == "Second."
-    assert retired["canonical_id"] not in svc._registry
+    assert retired["canonical_id"] not in svc.index.registry
     svc.audit.close()
     svc.store.close()
 

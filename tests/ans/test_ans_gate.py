@@ -262,7 +262,7 @@ def test_describe_of_the_ans_itself_needs_no_token(make_app: Any) -> None:
     app, svc, _ = make_app("token")
     status, _, body = call(app, "DESCRIBE")
     assert status == 200 and body["result"]["manifest_uri"] == ANS_ID
-    other = next(iter(svc._registry))
+    other = next(iter(svc.index.registry))
     status, _, body = call(app, "DESCRIBE", {"canonical_id": other})
     assert status == 401 and body["error"]["code"] == "missing_token"
 

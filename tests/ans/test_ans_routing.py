@@ -118,8 +118,8 @@ def take_out(svc: AnsService, cid: str, state: str) -> None:
     stored = svc.store.get(cid)
     assert stored is not None
     svc.store.upsert(replace(stored, lifecycle_state=state))
-    with svc._lock:
-        assert svc._unindex(cid) is not None
+    with svc.index.lock:
+        assert svc.index.remove(cid) is not None
 
 
 def audit_events(svc: AnsService, event: str) -> list[dict[str, Any]]:

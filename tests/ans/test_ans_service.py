@@ -480,7 +480,7 @@ def test_lifecycle_gate_excludes_non_active_entries(world: dict[str, Any]) -> No
     from ans.protocol.messages import parse_discover_params
 
     svc = world["svc"]
-    entry = svc._registry[world["ids"]["solidity-auditor"]]
+    entry = svc.index.registry[world["ids"]["solidity-auditor"]]
     params = parse_discover_params({}, Limits())
     scope = parse_authority_scope("discovery:query")
     assert passes_gates(entry, params, scope, svc.zones)

@@ -97,7 +97,7 @@ def test_asking_for_a_restricted_zone_without_grant_is_453_and_audited(
 
 def test_describe_of_a_restricted_agent_is_404_without_grant(svc: AnsService) -> None:
     cid = next(
-        cid for cid, e in svc._registry.items() if e.governance_zone == "zone:secret"
+        cid for cid, e in svc.index.registry.items() if e.governance_zone == "zone:secret"
     )
     no_grant = Identity("agtp://o/agents/o", "u", parse_authority_scope("discovery:query"))
     with pytest.raises(AgtpError) as info:

@@ -1126,7 +1126,7 @@ def test_routing_position_stays_first_when_federated_entries_merge(world: World)
         {**vyper(), **solidity("local-auditor", behavioral_trust_score=0.7)},
         peers=(Peer("http://b", 1),),
     )
-    preferred = next(iter(a._registry))
+    preferred = next(iter(a.index.registry))
     assert a.store.get(preferred).manifest["agent_label"] == "vyper-auditor"
     a.mark_availability(preferred, "at_capacity")
     b.mark_availability(preferred, "at_capacity")
@@ -1150,7 +1150,7 @@ def test_preferred_agent_unknown_here_never_comes_back_from_a_peer(world: World)
     world.serve("http://b", b)
     a = world.ans("a", solidity("local-auditor"), peers=(Peer("http://b", 2),))
     preferred = next(
-        c for c in b._registry if b.store.get(c).manifest["agent_label"] == "vyper-auditor"
+        c for c in b.index.registry if b.store.get(c).manifest["agent_label"] == "vyper-auditor"
     )
     plain = ask(a, limit=5)
     assert sorted(labels(plain)) == ["local-auditor", "remote-auditor", "vyper-auditor"]

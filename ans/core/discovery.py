@@ -1,0 +1,343 @@
+"""DISCOVER, end to end inside the core: admit → match locally → route →
+federate → finish (merge, relevance, sign).
+
+:class:`Discovery` is what every discovery surface calls: :meth:`~Discovery.discover`
+(local only) and :meth:`~Discovery.discover_async` (with federation when
+configured). Both take a typed :class:`DiscoverRequest` and return the signed
+result object. The hard gates are the registry's vectorized mask
+(:meth:`ans.registry.Registry.gate_mask`, the same rules as
+:func:`ans.governance.policy.first_failed_gate`); what counts as a match is
+the relevance gate (:mod:`ans.relevance`); the ``preferred_agent`` routing
+position follows the rules of :mod:`ans.routing`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ans.federation.federator import Dispatched, Gathered, merge, result_path
+from ans.federation.federator import Ranked as FedRanked
+from ans.governance.audit import rfc3339
+from ans.governance.policy import (
+    DISCOVERY_QUERY,
+    first_failed_gate,
+    max_tier,
+    requester_fields,
+    require_scope,
+)
+from ans.governance.signing import RESULT_SIGNATURE_FIELD, signature_object
+from ans.protocol.jcs import canonicalize
+from ans.protocol.messages import DiscoverRequest
+
+from ..matcher import profile_from
+from ..ranking import rank_score
+from ..registry import AgentEntry
+from ..routing import NOT_INDEXED, PreferredState, Routing, choose_alternative, routing_reason
+from .context import CoreContext
+from .live_index import LiveIndex
+
+# How long an early federated DISCOVER waits for its peer requests to go out
+# (a first connection or key fetch) before matching locally anyway.
+DISPATCH_WAIT = 0.02
+
+LocalRanked = tuple[float, float, AgentEntry]  # (rank_score, capability_match_score, entry)
+
+
+@dataclass(frozen=True, slots=True)
+class LocalAnswer:
+    # At least the best `limit` gate-passing local agents, in order (all of
+    # them on the routing path); `total` counts every one.
+    ranked: list[LocalRanked]
+    matched: Any  # QueryScores, or None without an intent
+    total: int
+    # preferred_agent given: the decision, and whether ranked[0] is the routing position.
+    routing: Routing | None = None
+    pinned: bool = False
+
+
+def _cms_of(r: FedRanked) -> float:
+    value = r.item.get("capability_match_score", 0.0)
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
+class Discovery:
+    def __init__(self, ctx: CoreContext, index: LiveIndex) -> None:
+        self.ctx = ctx
+        self.index = index
+
+    # -- the surfaces' entry points ----------------------------------------------------
+    def discover(self, req: DiscoverRequest) -> dict[str, Any]:
+        """A local-only answer (no federation), signed."""
+        self.admit(req)
+        return self.finish(req, self.local(req), None)
+
+    async def discover_async(self, req: DiscoverRequest) -> dict[str, Any]:
+        """Local answer first; when fewer than ``limit`` pass and federation is
+        configured, ask trusted peers, then merge, re-rank and re-sign."""
+        self.admit(req)  # 451 / 453 before anything leaves this server
+        fed = self.ctx.federator
+        if fed is None:
+            return self.finish(req, self.local(req), None)
+        early = fed.plan(req, self.gate_bound(req))
+        if early.peers:
+            # Fewer than `limit` local agents can pass the gates at all, so
+            # forwarding is certain: the peers work while we match locally.
+            # The requests go out first; then the local match runs right here
+            # (the answers wait in the socket buffers). A worker thread would
+            # race the event loop for the GIL and delay the sending.
+            dispatched = Dispatched()
+            fanout = fed.start(req, early, dispatched)
+            try:
+                await asyncio.sleep(0)  # one loop iteration: each peer task sends
+                if not dispatched.done:  # a first connection or key fetch under way
+                    await dispatched.wait(DISPATCH_WAIT)
+                local = self.local(req)
+            except BaseException:  # cancelled, or the local match refused the query
+                fed.cancel(fanout)
+                raise
+            return self.finish(req, local, await fed.collect(fanout))
+        local = self.local(req)
+        plan = fed.plan(req, local.total)
+        if not plan.peers and not plan.skipped:
+            return self.finish(req, local, None)
+        return self.finish(req, local, await fed.gather(req, plan))
+
+    # -- the steps ------------------------------------------------------------------
+    def admit(self, req: DiscoverRequest) -> None:
+        """The SEP checks of DISCOVER: ``discovery:query`` (451) and a requested
+        restricted zone (453), each refusal audited."""
+        ctx = self.ctx
+        require_scope(
+            req.identity, DISCOVERY_QUERY, method="DISCOVER", task_id=req.task_id, audit=ctx.audit
+        )
+        ctx.zones.check_requested(
+            req.identity,
+            req.params.governance_zone,
+            method="DISCOVER",
+            task_id=req.task_id,
+            audit=ctx.audit,
+        )
+
+    def gate_bound(self, req: DiscoverRequest) -> int:
+        """An upper bound on the local agents that can pass the gates (zone, tier,
+        restricted zones), without matching anything."""
+        p = req.params
+        cap = max_tier(p)
+        total = 0
+        with self.index.lock:
+            for (zone, tier), n in self.index.registry.gate_counts.items():
+                if tier <= cap and p.governance_zone in (None, zone):
+                    if self.ctx.zones.granted(zone, req.identity.scope):
+                        total += n
+        return total
+
+    def local(self, req: DiscoverRequest) -> LocalAnswer:
+        """The gate-passing local matches, ranked (and routed when
+        ``preferred_agent`` is given)."""
+        p = req.params
+        matched = None
+        if p.intent is not None:
+            matched = self.ctx.matcher.query(
+                p.intent, p.capability_domains, evidence=p.include_evidence
+            )
+            ids, unrounded = matched.matches(self.ctx.relevance)
+        # Routing needs every gate-passing candidate; otherwise the best `limit`.
+        limit = None if p.preferred_agent is not None else p.limit
+        with self.index.lock:
+            registry = self.index.registry
+            mask = registry.gate_mask(p, req.identity.scope, self.ctx.zones)
+            if p.intent is None:  # every agent is a candidate, ranked on trust alone
+                slots = np.nonzero(mask)[0]
+                cms = None
+            else:
+                slots = registry.slots_of(ids)
+                cms = unrounded  # rank() rounds the ones it returns, as above() would
+                keep = slots >= 0
+                keep[keep] = mask[slots[keep]]
+                slots, cms = slots[keep], cms[keep]
+            top = registry.rank(slots, cms, limit)
+            ranked = [
+                (r.rank_score, r.capability_match_score, registry[r.canonical_id]) for r in top
+            ]
+        if p.preferred_agent is not None:
+            return self.route(req, ranked, matched)
+        return LocalAnswer(ranked, matched, len(slots))
+
+    def _local_item(
+        self,
+        req: DiscoverRequest,
+        score: float,
+        cms: float,
+        entry: AgentEntry,
+        fields: dict[str, Any],
+        matched: Any,
+    ) -> dict[str, Any]:
+        p = req.params
+        item = {**fields, "capability_match_score": cms, "rank_score": score}
+        unavailable = self.index.unavailable.get(entry.canonical_id)
+        if unavailable is not None:  # discovery draft 6.2; available agents are unchanged
+            item["available"] = False
+            item["availability_reason"] = unavailable
+        if p.scope_negotiate:
+            item["required_scope"] = entry.required_scope
+        if p.include_evidence:
+            item.update(
+                matched.evidence(entry.canonical_id)
+                if matched is not None
+                else {"score_components": {}, "matched_tags": [], "matched_examples": []}
+            )
+        return item
+
+    def finish(
+        self, req: DiscoverRequest, local: LocalAnswer, gathered: Gathered | None
+    ) -> dict[str, Any]:
+        """Build the items, merge what peers gathered, and sign the result."""
+        ctx, index = self.ctx, self.index
+        p = req.params
+        weights = ctx.config.ranking
+        best = local.ranked[: p.limit]
+        fields = index.result_fields([entry.canonical_id for _, _, entry in best])
+        top = [
+            FedRanked(
+                score,
+                entry.canonical_id,
+                self._local_item(req, score, cms, entry, fields[entry.canonical_id], local.matched),
+            )
+            for score, cms, entry in best
+            if entry.canonical_id in fields  # deleted meanwhile: skipped
+        ]
+        # The routing position (preferred agent or its alternative) stays results[0].
+        first_kept = bool(best) and bool(top) and top[0].canonical_id == best[0][2].canonical_id
+        pinned = top[:1] if local.pinned and first_kept else []
+        if pinned and local.routing is not None:
+            first = pinned[0]
+            pinned[0] = top[0] = FedRanked(
+                first.rank_score,
+                first.canonical_id,
+                {**first.item, **local.routing.item_fields()},
+            )
+        total = local.total
+        chosen = top
+        if gathered is not None:
+            # Only the local top `limit` can survive the cut, so only they are built.
+            preferred = p.preferred_agent
+            merged = merge(
+                top[len(pinned) :],
+                # Any locally indexed agent wins; a locally Suspended or
+                # tombstoned one is never taken from a peer either; the
+                # preferred agent appears only at the routing position.
+                lambda cid: cid in index.registry or cid in index.withdrawn or cid == preferred,
+                gathered.candidates,
+                lambda tier, behavioral, cms: rank_score(weights, tier, behavioral, cms),
+            )
+            if p.intent is not None:  # the merged set passes the relevance gate once more
+                merged = [r for r in merged if ctx.relevance.admits(_cms_of(r))]
+            total += len(merged) - (len(top) - len(pinned))
+            chosen = [*pinned, *merged[: p.limit - len(pinned)]]
+        results = []
+        for i, r in enumerate(chosen, start=1):
+            item = {"rank": i, **r.item}
+            item["rank_score"] = r.rank_score
+            results.append(item)
+        result: dict[str, Any] = {
+            "query_id": f"qry-{ctx.new_id()}",
+            "total_matches": total,
+            "returned": len(results),
+            "results": results,
+            "generated_at": rfc3339(ctx.clock()),
+            "query_digest": req.query_digest,
+            "ranking": weights.name,
+        }
+        if p.intent is not None:  # what counted as a match, so a caller sees why one is absent
+            result["relevance"] = ctx.relevance.describe()
+        if gathered is not None:
+            result["federation_path"] = result_path(ctx.key.kid, chosen)
+            result["warnings"] = gathered.warnings
+        if local.routing is not None:
+            result["routing"] = local.routing.summary()
+        result[RESULT_SIGNATURE_FIELD] = signature_object(canonicalize(result), ctx.key)
+        return result
+
+    # -- routing alternatives (discovery draft 6.1; rules in ans.routing) ----------------
+    def route(self, req: DiscoverRequest, ranked: list[LocalRanked], matched: Any) -> LocalAnswer:
+        """Put the preferred agent, or its most equivalent alternative, at ranked[0].
+
+        The preferred agent never appears anywhere else. With an intent the
+        alternative is the most equivalent *intent match* (``ranked`` holds
+        exactly the gate-passing intent matches); without one, the most
+        equivalent gate-passing agent. Either way it must be available and at
+        least ``min_equivalent_confidence`` equivalent, else there is none."""
+        ctx = self.ctx
+        p = req.params
+        cid = p.preferred_agent
+        assert cid is not None
+        scope = req.identity.scope
+        stored = ctx.store.get(cid)
+        with self.index.lock:
+            entry = self.index.registry.get(cid)
+            unavailable = dict(self.index.unavailable)
+        zone = (
+            entry.governance_zone
+            if entry is not None
+            else str(stored.manifest.get("governance_zone", ""))
+            if stored is not None
+            else ""
+        )
+        state = PreferredState(
+            known=entry is not None or stored is not None,
+            zone_granted=ctx.zones.granted(zone, scope),
+            indexed=entry is not None,
+            unavailable=unavailable.get(cid),
+            passes_gates=entry is not None
+            and first_failed_gate(entry, p, scope, ctx.zones) is None,
+            stored_state=stored.lifecycle_state if stored is not None else None,
+        )
+        reason = routing_reason(state)
+        rest = [t for t in ranked if t[2].canonical_id != cid]
+        if reason is None and entry is not None:
+            own = next((t for t in ranked if t[2].canonical_id == cid), None)
+            if own is None:  # passes the gates but not the intent's capability floor
+                cms = matched.score(cid, ctx.relevance) if matched is not None else 0.0
+                score = rank_score(
+                    ctx.config.ranking, entry.trust_tier, entry.behavioral_trust_score, cms
+                )
+                own = (score, cms, entry)
+            final = [own, *rest]
+            return LocalAnswer(final, matched, len(final), Routing(cid, True), pinned=True)
+        reason = reason or NOT_INDEXED
+        chosen = None
+        if reason != NOT_INDEXED and stored is not None:
+            # The preferred agent's own profile, from the store: it may have
+            # left the index (suspended, revoked, removed for freshness).
+            equivalence = ctx.matcher.equivalence(
+                profile_from(stored.manifest, stored.capabilities)
+            )
+            chosen = choose_alternative(
+                (t for t in rest if t[2].canonical_id not in unavailable),
+                lambda t: t[2].canonical_id,
+                lambda t: t[0],
+                equivalence,
+                ctx.config.min_equivalent_confidence,
+            )
+        ctx.audit.record(
+            "routing_fallback",
+            status=200,
+            **requester_fields(req.identity, "DISCOVER", req.task_id),
+            query_digest=req.query_digest,
+            preferred_agent=cid,
+            routing_reason=reason,
+            # for the operator only: the caller saw not_indexed
+            restricted_zone_hidden=state.known and not state.zone_granted,
+            alternative=chosen[0][2].canonical_id if chosen else None,
+            equivalent_confidence=chosen[1] if chosen else None,
+        )
+        if chosen is None:
+            return LocalAnswer(rest, matched, len(rest), Routing(cid, False, reason))
+        alt, confidence = chosen
+        others = [t for t in rest if t is not alt]
+        routing = Routing(cid, False, reason, alt[2].canonical_id, confidence)
+        return LocalAnswer([alt, *others], matched, len(rest), routing, pinned=True)

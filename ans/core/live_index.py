@@ -1,0 +1,121 @@
+"""The in-memory index every DISCOVER reads and every write updates.
+
+:class:`LiveIndex` owns the compact registry (:mod:`ans.registry`, gate
+columns only), the capability matcher's contents, the availability marks
+(discovery draft 6.2), the withdrawn ids (Suspended, Revoked, Deprecated:
+never served, not even from a peer), a small LRU of result fields read from
+the store, and the two locks:
+
+* ``lock`` (re-entrant) guards the registry, the marks and the matcher;
+* ``write_lock`` serialises the writers (ACTIVATE, bulk import, lifecycle
+  events, freshness writes, snapshots) so store and index agree.
+
+It does no verification and writes nothing to the store.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from ..config import RankingWeights
+from ..matcher import CapabilityMatcher
+from ..registry import AgentEntry, Registry, result_fields
+from ..store import RegistryStore
+
+# Result fields of recently returned agents (manifest -> item fields), so a
+# hot DISCOVER does not read the store; invalidated on every re-index.
+FIELDS_CACHE = 4096
+
+
+class LiveIndex:
+    def __init__(
+        self, store: RegistryStore, matcher: CapabilityMatcher, weights: RankingWeights
+    ) -> None:
+        self.store = store
+        self.matcher = matcher
+        self.registry = Registry(weights)
+        # Availability signals (discovery draft 6.2): canonical_id -> reason
+        # ("suspended", "at_capacity", "not_responding", ...) for indexed
+        # agents that are Active but should not be routed to right now.
+        self.unavailable: dict[str, str] = {}
+        # Agents that must never be served, not even from a peer: Suspended
+        # ones and tombstoned (Revoked/Deprecated) canonical ids -> state.
+        self.withdrawn: dict[str, str] = {}
+        self.lock = threading.RLock()
+        self.write_lock = threading.Lock()
+        self._fields: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._fields_gen = 0
+
+    def __len__(self) -> int:
+        return len(self.registry)
+
+    def ids(self) -> list[str]:
+        """The canonical IDs currently in the index."""
+        with self.lock:
+            return list(self.registry)
+
+    # -- availability (discovery draft 6.2) -------------------------------------------
+    def mark_availability(self, canonical_id: str, reason: str | None) -> None:
+        """Mark an indexed agent unavailable (with a reason) or available (None)."""
+        with self.lock:
+            if reason is None:
+                self.unavailable.pop(canonical_id, None)
+            elif canonical_id in self.registry:
+                self.unavailable[canonical_id] = reason
+
+    def unavailable_reason(self, canonical_id: str) -> str | None:
+        """Why an indexed agent should not be routed to now, or None if it may be."""
+        return self.unavailable.get(canonical_id)
+
+    # -- mutation (caller holds ``lock``) ---------------------------------------------
+    def put(self, entry: AgentEntry) -> None:
+        """Put an entry in the registry (caller holds the lock); the registry
+        keeps the per-(zone, tier) counts that bound how many agents could
+        pass the gates."""
+        self.registry.put(entry)
+        self.forget_fields(entry.canonical_id)
+
+    def remove(self, canonical_id: str) -> AgentEntry | None:
+        """Take an agent out of the registry, the gate counts, the availability
+        marks and the capability index (caller holds the lock). The store row
+        is the caller's business."""
+        old = self.registry.get(canonical_id)
+        if old is None:
+            return None
+        self.registry.remove(canonical_id)
+        self.forget_fields(canonical_id)
+        self.unavailable.pop(canonical_id, None)
+        self.matcher.remove(canonical_id)
+        return old
+
+    # -- result fields ------------------------------------------------------------------
+    def forget_fields(self, canonical_id: str) -> None:
+        self._fields.pop(canonical_id, None)
+        self._fields_gen += 1
+
+    def result_fields(self, canonical_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """Result item fields of these agents, from the cache or the store
+        (an agent no longer stored is left out)."""
+        out: dict[str, dict[str, Any]] = {}
+        missing = []
+        with self.lock:
+            gen = self._fields_gen
+            for cid in canonical_ids:
+                hit = self._fields.get(cid)
+                if hit is None:
+                    missing.append(cid)
+                else:
+                    self._fields.move_to_end(cid)
+                    out[cid] = hit
+        if missing:
+            stored = self.store.get_many(missing)
+            fresh = {cid: result_fields(a.manifest) for cid, a in stored.items()}
+            out.update(fresh)
+            with self.lock:
+                if gen == self._fields_gen:  # nothing re-indexed while we read
+                    self._fields.update(fresh)
+                    while len(self._fields) > FIELDS_CACHE:
+                        self._fields.popitem(last=False)
+        return out

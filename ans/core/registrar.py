@@ -1,0 +1,271 @@
+"""Registration: ACTIVATE, one at a time or in bulk (``ans import``).
+
+:class:`Registrar` verifies a governance-signed manifest, decides whether the
+registration may be (re)activated — one rule, :func:`check_admissible`, for
+both paths — persists it durably with its audit record, then indexes it.
+Nothing is stored on any failure. Lifecycle events live in
+:mod:`ans.core.lifecycle`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+import structlog
+
+from ans.governance.audit import rfc3339
+from ans.governance.lifecycle import (
+    ACTIVE,
+    SUSPENDED,
+    check_manifest_freshness,
+    check_manifest_time,
+)
+from ans.governance.manifest import validate_capabilities, verify_manifest
+from ans.governance.policy import DISCOVERY_REGISTER, requester_fields, require_scope
+from ans.protocol.errors import AgtpError, Conflict, Gone, SignatureInvalid, UnknownSigningKey
+from ans.protocol.messages import ActivateRequest
+
+from ..audited import publish, require_writable
+from ..matcher import profile_from
+from ..registry import AgentEntry
+from ..store import StoredAgent, Tombstone
+from .context import CoreContext
+from .live_index import LiveIndex
+
+log = structlog.get_logger("ans")
+
+
+def check_admissible(
+    cid: str,
+    manifest: Mapping[str, Any],
+    caps: Mapping[str, Any],
+    previous: StoredAgent | None,
+    tomb: Tombstone | None,
+    indexed: bool,
+) -> bool:
+    """Whether this ACTIVATE changes nothing (same manifest and capabilities,
+    already Active and indexed); raises when it may not be (re)activated:
+    a tombstoned id 410 ``agent_retired``, a Suspended agent 409
+    ``agent_suspended``, an older manifest 409 ``stale_metadata``."""
+    if tomb is not None:
+        raise Gone(
+            f"agent {cid[:80]} is {tomb.state} (event {tomb.event_id}); "
+            "its canonical id is retired and cannot be activated again",
+            code="agent_retired",
+        )
+    if previous is None:
+        return False
+    if previous.lifecycle_state == SUSPENDED:
+        raise Conflict(
+            f"agent {cid[:80]} is Suspended; the governance platform must REINSTATE it",
+            code="agent_suspended",
+        )
+    same = check_manifest_freshness(manifest, previous.manifest)
+    return same and previous.capabilities == caps and previous.lifecycle_state == ACTIVE and indexed
+
+
+class Registrar:
+    def __init__(self, ctx: CoreContext, index: LiveIndex) -> None:
+        self.ctx = ctx
+        self.index = index
+
+    def activate(self, req: ActivateRequest) -> dict[str, Any]:
+        """Verify, persist durably, then index. Nothing is stored on any failure.
+
+        Re-ACTIVATE with the stored manifest is idempotent; an older one is
+        409 ``stale_metadata``; a tombstoned id is 410 ``agent_retired``; a
+        Suspended agent comes back only through REINSTATE (409)."""
+        audit = self.ctx.audit
+        require_scope(
+            req.identity, DISCOVERY_REGISTER, method="ACTIVATE", task_id=req.task_id, audit=audit
+        )
+        try:
+            return self._activate(req)
+        except AgtpError as exc:
+            self.ctx.audit.record(
+                "activation_refused",
+                status=exc.status,
+                code=exc.code,
+                **requester_fields(req.identity, "ACTIVATE", req.task_id),
+                canonical_id=str(req.manifest.get("canonical_id"))[:256],
+                reason=exc.message,
+            )
+            raise
+
+    def admissible(
+        self, cid: str, manifest: dict[str, Any], caps: dict[str, Any]
+    ) -> tuple[StoredAgent | None, bool]:
+        """The stored record and whether this ACTIVATE changes nothing, from the
+        store as it is now (:func:`check_admissible`)."""
+        store = self.ctx.store
+        tomb = store.tombstone(cid)
+        previous = store.get(cid) if tomb is None else None
+        indexed = cid in self.index.registry
+        return previous, check_admissible(cid, manifest, caps, previous, tomb, indexed)
+
+    def _activate(self, req: ActivateRequest) -> dict[str, Any]:
+        ctx = self.ctx
+        validate_capabilities(req.capabilities)
+        try:
+            verified = verify_manifest(req.manifest, ctx.governance_keys)
+        except UnknownSigningKey as exc:
+            self._explain_removed_key(req.manifest, exc)
+            raise
+        manifest = verified.manifest
+        check_manifest_time(manifest, ctx.clock(), self.max_skew())
+        cid = manifest["canonical_id"]
+        # Checked once outside the lock so that a refused or unchanged
+        # registration is never embedded, and again under it (state may move).
+        _, unchanged = self.admissible(cid, manifest, req.capabilities)
+        profile = profile_from(manifest, req.capabilities)
+        vectors = None if unchanged else ctx.matcher.embed_profile(profile)
+        now = rfc3339(ctx.clock())
+        with self.index.write_lock:  # serialises ACTIVATE and lifecycle events
+            previous, unchanged = self.admissible(cid, manifest, req.capabilities)
+            audit = ctx.audit.entry(
+                "activation",
+                status=200,
+                **requester_fields(req.identity, "ACTIVATE", req.task_id),
+                canonical_id=cid,
+                signer_kid=verified.signer_kid,
+                trust_tier=int(manifest["trust_tier"]),
+                governance_zone=manifest["governance_zone"],
+                replaced=previous is not None and not unchanged,
+                unchanged=unchanged,
+            )
+            if unchanged:
+                assert previous is not None
+                stored = previous
+            else:
+                require_writable(ctx.audit)  # 503, nothing applied
+                stored = StoredAgent(
+                    canonical_id=cid,
+                    manifest=manifest,
+                    capabilities=req.capabilities,
+                    lifecycle_state=ACTIVE,
+                    signer_kid=verified.signer_kid,
+                    registered_at=previous.registered_at if previous else now,
+                    updated_at=now,
+                )
+                # The agent and its audit record, durable (WAL, synchronous=FULL)
+                # in one transaction before we answer; then the record to the log.
+                ref = ctx.store.upsert(stored, audit)
+                publish(ctx.store, ctx.audit, ref, audit)
+                if vectors is None:
+                    vectors = ctx.matcher.embed_profile(profile)
+                entry = AgentEntry.from_stored(stored)
+                with self.index.lock:
+                    ctx.matcher.upsert(profile, vectors)
+                    self.index.put(entry)
+        if unchanged:  # no state change: the record alone (never raises)
+            ctx.audit.append(audit)
+        log.info(
+            "agent activated",
+            canonical_id=cid,
+            label=manifest["agent_label"],
+            replaced=previous is not None,
+            unchanged=unchanged,
+        )
+        return {
+            "canonical_id": cid,
+            "lifecycle_state": ACTIVE,
+            "indexed": True,
+            "unchanged": unchanged,
+            "registered_at": stored.registered_at,
+            "updated_at": stored.updated_at,
+        }
+
+    # -- bulk ACTIVATE (ans import) -----------------------------------------------------
+    def activate_many(
+        self,
+        verified: Sequence[tuple[dict[str, Any], dict[str, Any], str]],
+        requester: Mapping[str, Any] | None = None,
+    ) -> tuple[list[str], int, list[tuple[int, AgtpError]]]:
+        """ACTIVATE a batch of already verified (manifest, capabilities,
+        signer_kid), as if one after another: the same admissibility rule
+        (:func:`check_admissible`), a later line for the same canonical id
+        checked against the earlier one. Then one store transaction, one
+        batched embedding, one index update.
+
+        The batch's audit record (``bulk_import_batch``, with the
+        ``requester_fields`` of who imports, if given) is committed with it;
+        the store or audit log unwritable raises 503 ``storage_unavailable``
+        with nothing applied.
+
+        Returns (stored canonical ids in order, unchanged count,
+        [(position in ``verified``, refusal)])."""
+        ctx, index = self.ctx, self.index
+        at = ctx.clock()
+        now = rfc3339(at)
+        refused: list[tuple[int, AgtpError]] = []
+        unchanged = 0
+        with index.write_lock:
+            previous = ctx.store.get_many(m["canonical_id"] for m, _, _ in verified)
+            pending: dict[str, StoredAgent] = {}
+            for i, (manifest, caps, kid) in enumerate(verified):
+                cid = manifest["canonical_id"]
+                try:
+                    check_manifest_time(manifest, at, self.max_skew())
+                    prev = pending.get(cid) or previous.get(cid)
+                    # Tombstoned ids are among the withdrawn (no store read per line).
+                    withdrawn = index.withdrawn.get(cid)
+                    retired = withdrawn is not None and withdrawn != SUSPENDED
+                    tomb = ctx.store.tombstone(cid) if retired else None
+                    indexed = cid in pending or cid in index.registry
+                    if check_admissible(cid, manifest, caps, prev, tomb, indexed):
+                        unchanged += 1
+                        continue
+                except AgtpError as exc:
+                    refused.append((i, exc))
+                    continue
+                pending[cid] = StoredAgent(
+                    canonical_id=cid,
+                    manifest=manifest,
+                    capabilities=caps,
+                    lifecycle_state=ACTIVE,
+                    signer_kid=kid,
+                    registered_at=prev.registered_at if prev is not None else now,
+                    updated_at=now,
+                )
+            agents = list(pending.values())
+            if agents:
+                require_writable(ctx.audit)
+                audit = ctx.audit.entry(
+                    "bulk_import_batch",
+                    count=len(agents),
+                    first_canonical_id=agents[0].canonical_id,
+                    last_canonical_id=agents[-1].canonical_id,
+                    **(requester or {}),
+                )
+                ref = ctx.store.upsert_many(agents, audit)  # durable first, with its record
+                publish(ctx.store, ctx.audit, ref, audit)
+            profiles = [profile_from(a.manifest, a.capabilities) for a in agents]
+            vectors = ctx.matcher.embed_profiles(profiles)
+            entries = [AgentEntry.from_stored(a) for a in agents]
+            with index.lock:
+                ctx.matcher.upsert_many(list(zip(profiles, vectors, strict=True)))
+                index.registry.put_many(entries)
+                for a in agents:
+                    index.forget_fields(a.canonical_id)
+        return [a.canonical_id for a in agents], unchanged, refused
+
+    def max_skew(self) -> timedelta:
+        """How far in the future a signed timestamp may be (lifecycle events,
+        manifests): ``lifecycle_max_skew``."""
+        return timedelta(seconds=self.ctx.config.lifecycle_max_skew)
+
+    def _explain_removed_key(self, manifest: dict[str, Any], exc: UnknownSigningKey) -> None:
+        """An unknown key that once signed this agent's stored manifest was
+        removed from the trusted set: say so (401 signing_key_removed)."""
+        cid = manifest.get("canonical_id")
+        sig = manifest.get("signature")
+        kid = sig.get("key_id") if isinstance(sig, dict) else None
+        previous = self.ctx.store.get(cid) if isinstance(cid, str) else None
+        if previous is not None and kid == previous.signer_kid:
+            raise SignatureInvalid(
+                f"manifest is signed by governance key {str(kid)[:80]!r}, which signed this "
+                "agent before but is no longer trusted",
+                code="signing_key_removed",
+            ) from exc
