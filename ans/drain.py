@@ -32,7 +32,7 @@ cancels what is left. HTTP/1.1 connections keep hypercorn's own behaviour.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import socket
 from typing import Any
 
 import h2.events
@@ -44,6 +44,7 @@ from .http2_defences import install as install_defences
 from .http2_defences.hooks import installed, patch
 
 ACK_WAIT = 1.0  # s: a client that does not read (an idle pooled connection) acknowledges nothing
+UNREAD_RECHECK = 0.05  # s: past ACK_WAIT, how often a connection with unread bytes is looked at
 PING_TOKEN = b"ans-stop"
 
 
@@ -92,6 +93,24 @@ def install() -> None:
     patch(H2Protocol, "_handle_events", noting_the_ack)
 
 
+def has_unread_bytes(server: Any) -> bool:
+    """Bytes the client sent that the connection has not handled yet: in the
+    stream reader's buffer, or still in the socket (peeked, not taken)."""
+    reader = getattr(server, "reader", None)
+    if reader is not None and len(getattr(reader, "_buffer", b"")):
+        return True
+    writer = getattr(server, "writer", None)
+    sock = writer.get_extra_info("socket") if writer is not None else None
+    if sock is None:
+        return False
+    try:
+        # asyncio hands out a TransportSocket (no recv): peek through a duplicate of its fd
+        with socket.fromfd(sock.fileno(), sock.family, sock.type) as dup:
+            return bool(dup.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except OSError:  # nothing to read (BlockingIOError), or the socket is gone
+        return False
+
+
 async def finish_http2(server: Any) -> None:
     """For an idle connection of a stopping server (hypercorn's TCPServer):
     PING, wait for the ACK, then GOAWAY with the last stream processed. A
@@ -107,8 +126,18 @@ async def finish_http2(server: Any) -> None:
         ctx.pinged = True
         proto.connection.ping(PING_TOKEN)
         await proto._flush()
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(ctx.acked.wait(), ACK_WAIT)
+    wait = ACK_WAIT
+    while True:
+        try:
+            await asyncio.wait_for(ctx.acked.wait(), wait)
+            break
+        except TimeoutError:
+            # No ACK yet. A busy server may not have read what the client sent
+            # before the stop (its requests, the ACK itself): while such bytes
+            # wait, the connection is not idle. graceful_timeout bounds this.
+            if not has_unread_bytes(server):
+                break
+            wait = UNREAD_RECHECK
     await ctx.terminated.set()  # hypercorn refuses new streams from now on
     last = proto.connection.highest_inbound_stream_id
     await proto._flush()
