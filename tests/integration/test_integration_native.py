@@ -417,20 +417,25 @@ def idle_after_one_second(server_factory: Any, tmp_path: Path) -> Any:
 def test_idle_connection_closed_after_keep_alive_timeout(
     server_factory: Any, tmp_path: Path
 ) -> None:
-    srv = idle_after_one_second(server_factory, tmp_path)
+    # keep-alive 3 s, asked at 1.5 s: 1.5 s of headroom each way for a loaded
+    # machine; the 30 s request deadline is the only other timer.
+    (tmp_path / "ans.toml").write_text("[server]\nkeep_alive_timeout = 3\nrequest_timeout = 30\n")
+    srv = server_factory(
+        tmp_path, "--native-listen", "127.0.0.1:0", "--config", str(tmp_path / "ans.toml")
+    )
     with (
-        NativeClient(srv.native_url, timeout=5) as idle,
-        NativeClient(srv.native_url, timeout=5) as busy,
+        NativeClient(srv.native_url, timeout=60) as idle,
+        NativeClient(srv.native_url, timeout=60) as busy,
     ):
         started = time.monotonic()
-        time.sleep(0.5)
-        assert busy.call("DESCRIBE", {}, "t-1").status == 200  # still open at 0.5 s
+        time.sleep(1.5)
+        assert busy.call("DESCRIBE", {}, "t-1").status == 200  # still open at 1.5 s
         answered = time.monotonic()
         assert idle.read_until_closed() == []  # never asked anything: closed for idling
-        assert 0.8 <= time.monotonic() - started < 4.0
+        assert 2.25 <= time.monotonic() - started < 20.0
         assert busy.read_until_closed() == []
-        # Its clock restarted at the answer: a full second of idling, not the 0.5 left.
-        assert 0.8 <= time.monotonic() - answered < 4.0
+        # Its clock restarted at the answer: a full 3 s of idling, not the 1.5 left.
+        assert 2.25 <= time.monotonic() - answered < 20.0
 
 
 def test_tls_listener(server_factory: Any, tmp_path: Path, tls_cert: tuple[Path, Path]) -> None:
