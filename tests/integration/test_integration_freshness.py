@@ -28,8 +28,8 @@ from hypercorn.asyncio import serve
 
 from ans.client import AgtpClient
 from ans.config import Config
-from ans.launcher import start_server, stop_server
 from ans.server import hypercorn_config
+from tools.launcher import start_server, stop_server
 
 pytestmark = pytest.mark.integration
 
