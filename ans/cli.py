@@ -274,6 +274,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     data directory in use)."""
     from . import config as config_mod
     from .bulk import import_files
+    from .preflight import check_data_dir
     from .server import configure_logging
 
     if args.batch < 1 or (args.workers is not None and args.workers < 1):
@@ -286,6 +287,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         data_dir=args.data_dir,
         governance_jwks=tuple(args.governance_jwks) if args.governance_jwks else None,
     )
+    check_data_dir(cfg.data_dir)  # a mistyped --data-dir must not become a fresh registry
     configure_logging("warning", cfg.log_format)
     report = import_files(cfg, args.files, batch=args.batch, workers=args.workers)
     for r in report.refused[: args.refusals]:

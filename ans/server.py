@@ -38,7 +38,7 @@ from ans.governance.audit import AuditLog
 from ans.governance.keys import KeyError_, SigningKey, TrustedKeys
 from ans.governance.policy import ZonePolicy
 
-from . import drain, http2_defences
+from . import drain, http2_defences, resolver
 from .ann import AnnSettings
 from .app import AnsApp
 from .audited import recover as recover_audit
@@ -508,7 +508,11 @@ def serve_forever(
         await server
 
     try:
-        asyncio.run(main())
+        # Name lookups on daemon threads: exit does not wait for a lookup
+        # still in flight (a freshness poll of an agent whose name resolves
+        # slowly); see ans.resolver.
+        with asyncio.Runner(loop_factory=resolver.new_event_loop) as runner:
+            runner.run(main())
     finally:
         if freshness is not None:
             freshness.close()

@@ -413,7 +413,9 @@ def test_slow_server_times_out_and_the_connection_stays(tiny: Callable[..., Tiny
             started = time.monotonic()
             with pytest.raises(PeerTimeout, match=r"within 0\.300s"):
                 await get(t, srv.url, "/sleep?s=5", timeout=0.3)
-            assert 0.3 <= time.monotonic() - started < 0.3 + 0.2
+            # Cut off by the timeout, long before the answer due at 5 s (with
+            # headroom for a loaded machine).
+            assert 0.3 <= time.monotonic() - started < 2.5
             assert (await get(t, srv.url, "/echo")).status == 200
             assert t.connection_count() == 1 and len(srv.clients) == 1
             assert not next(iter(t._conns)).streams  # the timed-out stream was reset and dropped
@@ -618,9 +620,8 @@ def test_least_recently_used_origin_is_closed(tiny: Callable[..., Tiny]) -> None
         try:
             for srv in servers:
                 assert (await get(t, srv.url, "/echo")).status == 200
-            for _ in range(20):  # the evicted (idle) connection closes
-                if t.connection_count() == 2:
-                    break
+            deadline = time.monotonic() + 10  # the evicted (idle) connection closes
+            while t.connection_count() != 2 and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
             assert t.connection_count() == 2
             assert (await get(t, servers[0].url, "/echo")).status == 200  # reopened

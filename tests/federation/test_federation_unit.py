@@ -58,6 +58,7 @@ class FakePeer:
         self.discovers: list[dict[str, str]] = []
         self.jwks_fetches = 0
         self.cancelled = 0  # DISCOVERs abandoned by the asking side while in flight
+        self.hold: asyncio.Event | None = None  # DISCOVERs wait for it (after delay) when set
 
     async def handle(
         self, method: str, path: str, headers: dict[str, str], body: bytes
@@ -69,9 +70,11 @@ class FakePeer:
             doc = {"status": 200, "result": self.svc.manifest}
             return PeerReply(200, orjson.dumps(doc))
         self.discovers.append(headers)
-        if self.delay:
+        if self.delay or self.hold is not None:
             try:
                 await asyncio.sleep(self.delay)
+                if self.hold is not None:
+                    await self.hold.wait()
             except asyncio.CancelledError:
                 self.cancelled += 1
                 raise
@@ -122,6 +125,17 @@ class FakeNetwork:
 
     async def aclose(self) -> None:
         return None
+
+
+async def until(cond: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    """Yield to the event loop until ``cond()`` holds: waiting on the state,
+    not on a guess at how long it takes to reach it."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not cond():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.005)
 
 
 class World:
@@ -452,18 +466,20 @@ def test_slow_peer_times_out_and_local_results_survive(world: World) -> None:
 def test_a_caller_that_goes_away_takes_its_peer_requests_with_it(world: World) -> None:
     b = world.ans("b", solidity("slow-auditor"))
     fake = world.serve("http://b", b)
-    fake.delay = 5.0
-    a = world.ans("a", solidity("local-auditor"), peers=(Peer("http://b", 2),))
+    fake.delay = 50.0
+    # Timeouts far beyond the waits below: only the caller going away can end b's work.
+    patient = FederationSettings(peer_timeout=50.0, deadline=50.0, key_retry=5.0)
+    a = world.ans("a", solidity("local-auditor"), peers=(Peer("http://b", 2),), settings=patient)
 
     async def go_away() -> None:
         asked = asyncio.ensure_future(a.discover_async(discover_request(a, limit=5)))
-        await asyncio.sleep(0.05)  # b has the request and is working on it
+        await until(lambda: len(fake.discovers) == 1, "b to have the request")
         assert len(fake.discovers) == 1 and fake.cancelled == 0
         asked.cancel()  # e.g. the client closed its stream
         await asyncio.gather(asked, return_exceptions=True)
-        await asyncio.sleep(0.05)  # well inside b's 0.5 s timeout
         # The forwarded request was abandoned, not left running until it times out
         # (checked before asyncio.run cancels whatever is left at its end).
+        await until(lambda: fake.cancelled > 0, "b's work to be cancelled")
         assert fake.cancelled == 1
 
     asyncio.run(go_away())
@@ -652,12 +668,15 @@ def test_while_one_query_probes_the_others_skip_and_a_cancelled_probe_decides_no
     for _ in range(2):
         ask(a, limit=5)
     world.mono[0] += 5.0
-    fake.delay = 0.15
+    fake.delay = 0.0
 
     async def concurrently() -> tuple[dict[str, Any], dict[str, Any]]:
+        fake.hold = asyncio.Event()  # b keeps the probe until the other query is done
         probe = asyncio.ensure_future(a.discover_async(discover_request(a, limit=5)))
-        await asyncio.sleep(0.05)  # the probe is on its way to b
+        await until(lambda: len(fake.discovers) == 3, "the probe to reach b")
         other = await a.discover_async(discover_request(a, limit=5))
+        fake.hold.set()
+        fake.hold = None
         return await probe, other
 
     probed, other = asyncio.run(concurrently())
@@ -673,7 +692,7 @@ def test_while_one_query_probes_the_others_skip_and_a_cancelled_probe_decides_no
 
     async def cancelled_probe() -> dict[str, Any]:
         probe = asyncio.ensure_future(a.discover_async(discover_request(a, limit=5)))
-        await asyncio.sleep(0.05)
+        await until(lambda: len(fake.discovers) == 6, "the probe to reach b")
         probe.cancel()  # the caller went away mid-probe
         await asyncio.gather(probe, return_exceptions=True)
         fake.delay = 0.0

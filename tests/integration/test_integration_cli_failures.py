@@ -124,6 +124,19 @@ def test_serve_checks_paths_and_port_before_starting(tmp_path: Path) -> None:
     assert not (data / "registry.sqlite3").exists()
 
 
+def test_import_checks_the_data_dir_first(tmp_path: Path) -> None:
+    lines = tmp_path / "agents.jsonl"
+    lines.write_text('{"manifest": {}}\n')
+    # a mistyped data dir (its parent does not exist either) creates nothing
+    typo = tmp_path / "no-such-parent" / "data"
+    one_line_failure(ans("import", str(lines), "--data-dir", str(typo)), str(typo), "--data-dir")
+    assert not typo.parent.exists()
+    # a data dir that is a file
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    one_line_failure(ans("import", str(lines), "--data-dir", str(afile)), str(afile), "is a file")
+
+
 def test_a_new_signing_key_is_announced(tmp_path: Path, server_factory: Any) -> None:
     srv = server_factory(tmp_path / "fresh")
     assert any("NEW ANS signing key generated" in line for line in srv.output)

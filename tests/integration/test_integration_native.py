@@ -417,20 +417,25 @@ def idle_after_one_second(server_factory: Any, tmp_path: Path) -> Any:
 def test_idle_connection_closed_after_keep_alive_timeout(
     server_factory: Any, tmp_path: Path
 ) -> None:
-    srv = idle_after_one_second(server_factory, tmp_path)
+    # keep-alive 3 s, asked at 1.5 s: 1.5 s of headroom each way for a loaded
+    # machine; the 30 s request deadline is the only other timer.
+    (tmp_path / "ans.toml").write_text("[server]\nkeep_alive_timeout = 3\nrequest_timeout = 30\n")
+    srv = server_factory(
+        tmp_path, "--native-listen", "127.0.0.1:0", "--config", str(tmp_path / "ans.toml")
+    )
     with (
-        NativeClient(srv.native_url, timeout=5) as idle,
-        NativeClient(srv.native_url, timeout=5) as busy,
+        NativeClient(srv.native_url, timeout=60) as idle,
+        NativeClient(srv.native_url, timeout=60) as busy,
     ):
         started = time.monotonic()
-        time.sleep(0.5)
-        assert busy.call("DESCRIBE", {}, "t-1").status == 200  # still open at 0.5 s
+        time.sleep(1.5)
+        assert busy.call("DESCRIBE", {}, "t-1").status == 200  # still open at 1.5 s
         answered = time.monotonic()
         assert idle.read_until_closed() == []  # never asked anything: closed for idling
-        assert 0.8 <= time.monotonic() - started < 4.0
+        assert 2.25 <= time.monotonic() - started < 20.0
         assert busy.read_until_closed() == []
-        # Its clock restarted at the answer: a full second of idling, not the 0.5 left.
-        assert 0.8 <= time.monotonic() - answered < 4.0
+        # Its clock restarted at the answer: a full 3 s of idling, not the 1.5 left.
+        assert 2.25 <= time.monotonic() - answered < 20.0
 
 
 def test_tls_listener(server_factory: Any, tmp_path: Path, tls_cert: tuple[Path, Path]) -> None:
@@ -521,7 +526,10 @@ def test_native_client_reconnects_once_after_an_idle_close(
     with native_client(srv.native_url, timeout=5) as nc:
         assert nc.call("DESCRIBE", {}).status == 200
         first = nc._sock
-        time.sleep(1.6)  # the listener closes the idle connection after 1 s
+        assert first is not None
+        # The listener closes the idle connection after 1 s: wait for its EOF.
+        first.settimeout(30)
+        assert first.recv(1, socket.MSG_PEEK) == b""
         assert nc.call("DESCRIBE", {}).status == 200  # on a fresh connection
         assert nc._sock is not first
 
@@ -661,14 +669,16 @@ def test_over_max_connections_is_503_and_closed(app: AnsApp) -> None:
 
 def test_a_request_trickling_in_is_cut_off_after_request_timeout(app: AnsApp) -> None:
     async def go() -> None:
-        async with listening(app, request_timeout=0.3) as (_listener, port):
+        # No other timer near: only the 0.3 s request deadline can cut it off.
+        bounds = {"request_timeout": 0.3, "keep_alive_timeout": 60.0}
+        async with listening(app, **bounds) as (_listener, port):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            wire = agtp_request("DESCRIBE", {}, "slow")
+            wire = agtp_request("DESCRIBE", {"pad": "x" * 2000}, "slow")
             sent = 0
 
             async def trickle() -> None:
                 nonlocal sent
-                for byte in wire:  # one byte every 20 ms: a whole request takes seconds
+                for byte in wire:  # one byte every 20 ms: the whole request takes 40 s
                     if writer.is_closing():
                         return
                     writer.write(bytes([byte]))
@@ -677,11 +687,18 @@ def test_a_request_trickling_in_is_cut_off_after_request_timeout(app: AnsApp) ->
 
             trickler = asyncio.ensure_future(trickle())
             started = time.monotonic()
-            assert await asyncio.wait_for(reader.read(), 3) == b""  # closed, nothing answered
+            try:
+                got = await asyncio.wait_for(reader.read(), 30)
+            except ConnectionResetError:  # closed with our latest byte unread: RST, not FIN
+                got = b""
+            assert got == b""  # closed, nothing answered
             elapsed = time.monotonic() - started
             trickler.cancel()
             writer.close()
-            assert 0.3 <= elapsed < 2.5  # cut off by the server, not by our 3 s read limit
+            # Cut off by the request deadline: not before it, and long before the
+            # request was complete, our 30 s read limit or the 60 s keep-alive
+            # (the bound leaves a loaded machine 30 times the deadline).
+            assert 0.3 <= elapsed < 10.0
             assert 5 < sent < len(wire)  # it had been receiving bytes all along
 
     asyncio.run(go())
@@ -773,11 +790,15 @@ def test_a_client_that_never_reads_is_disconnected(app: AnsApp) -> None:
 
 def test_a_silent_connection_is_closed_after_request_timeout(app: AnsApp) -> None:
     async def go() -> None:
-        async with listening(app, request_timeout=0.3) as (_listener, port):
+        # No other timer near: only the 0.3 s request deadline can close it.
+        bounds = {"request_timeout": 0.3, "keep_alive_timeout": 60.0}
+        async with listening(app, **bounds) as (_listener, port):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             started = time.monotonic()
-            assert await asyncio.wait_for(reader.read(), 3) == b""  # closed, never a byte sent
-            assert 0.25 <= time.monotonic() - started < 2.5
+            assert await asyncio.wait_for(reader.read(), 30) == b""  # closed, never a byte sent
+            # At the request deadline (0.25: the connection was accepted before
+            # `started`), long before our 30 s read limit or the 60 s keep-alive.
+            assert 0.25 <= time.monotonic() - started < 10.0
             writer.close()
 
     asyncio.run(go())
