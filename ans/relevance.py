@@ -4,7 +4,7 @@ The ranking formula (0.3 tier + 0.4 behavioral + 0.3 capability) orders a
 match set; it does not choose it. The match set is decided here, from
 capability evidence alone (DESIGN.md, "What counts as a match"):
 
-1. **Calibration.** The matcher's fused score (``ans.matcher``) is turned into
+1. **Calibration.** The matcher's fused score (``ans.index.scoring``) is turned into
    ``capability_match_score``: the estimated probability that the agent is the
    one the intent asks for, from a logistic model over the fused score, its
    margin to the query's best fused score, its ratio to it, and the same two
@@ -40,7 +40,7 @@ import numpy as np
 import numpy.typing as npt
 
 if TYPE_CHECKING:
-    from .matcher import _Pass
+    from .index.scoring import Pass
 
 Floats = npt.NDArray[np.float64]
 
@@ -97,9 +97,9 @@ def part_features(fused: Floats) -> Floats:
     return np.stack([np.ones_like(fused), *_relative(fused)], axis=1)
 
 
-def whole_components(whole: _Pass, n: int) -> list[Floats]:
+def whole_components(whole: Pass, n: int) -> list[Floats]:
     """The components the whole-intent model reads (an absent one is 0)."""
-    from .matcher import example_value
+    from .index.scoring import example_value
 
     if whole.ctx is None or whole.cap is None or whole.lexical is None:
         return [np.zeros(n) for _ in MODEL_COMPONENTS]
@@ -137,7 +137,7 @@ def _sigmoid(x: Floats) -> Floats:
 def calibrate(
     model: RelevanceModel,
     final: Floats,
-    whole: _Pass,
+    whole: Pass,
     parts: list[Any],
     part_weight: float,
     best: Floats | None = None,
@@ -181,7 +181,7 @@ class RelevanceGate:
     model: RelevanceModel = FITTED
 
     def scores(
-        self, final: Floats, whole: _Pass, parts: list[Any], best: Floats | None = None
+        self, final: Floats, whole: Pass, parts: list[Any], best: Floats | None = None
     ) -> Floats:
         """capability_match_score of every candidate under this gate (unrounded)."""
         p = calibrate(self.model, final, whole, parts, self.part_weight, best)

@@ -76,7 +76,9 @@ def dump_query(idx: CapabilityIndex, intent: str, domains: tuple[str, ...] | Non
 
 
 def dump_index(
-    idx: CapabilityIndex, intents: list[tuple[str, tuple[str, ...] | None]], eq: list[CapabilityProfile]
+    idx: CapabilityIndex,
+    intents: list[tuple[str, tuple[str, ...] | None]],
+    eq: list[CapabilityProfile],
 ) -> dict[str, Any]:
     return {
         "describe": idx.describe(),
@@ -84,9 +86,7 @@ def dump_index(
         "exhaustive": [
             hx(idx.query(i, None, exhaustive=True).final) for i, d in intents[:10] if d is None
         ],
-        "equivalence": [
-            {k: v.hex() for k, v in sorted(idx.equivalence(p).items())} for p in eq
-        ],
+        "equivalence": [{k: v.hex() for k, v in sorted(idx.equivalence(p).items())} for p in eq],
         "equivalence_among": [
             {k: v.hex() for k, v in sorted(idx.equivalence(p, among=idx.ids()[:20]).items())}
             for p in eq
@@ -152,9 +152,9 @@ def main() -> int:
     synth = [profile_from(m, c) for m, c in generate(args.agents, 1)]
     sq = [q for q in make_queries(400, 1) if q.get("intent")]
     plain = [(q["intent"], None) for q in sq if not q.get("capability_domains")][:50]
-    dom = [(q["intent"], tuple(q["capability_domains"])) for q in sq if q.get("capability_domains")][
-        :15
-    ]
+    dom = [
+        (q["intent"], tuple(q["capability_domains"])) for q in sq if q.get("capability_domains")
+    ][:15]
     s_intents: list[tuple[str, tuple[str, ...] | None]] = plain + dom
     exact = build(emb, synth, AnnSettings(), store=True)
     report["synth_exact"] = dump_index(exact, s_intents, synth[:3])

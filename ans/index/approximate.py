@@ -1,0 +1,169 @@
+"""Exact or approximate: when the capability index stops scoring every agent,
+and where the candidates of a query come from when it does.
+
+Owns the mode switch (FAISS indices built above ``settings.exact_max`` agents,
+rebuilt when the catalog outgrows them fourfold, dropped below half of
+``exact_max``), keeping those indices in step with the slot table, and the
+candidate union of a query (capability and example ANN hits, the best BM25
+and tag postings, or an exact flat-scan top-k for a ``capability_domains``
+query in exact mode). The FAISS wrapper itself is :mod:`ans.ann`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from ..ann import AnnIndex, AnnSettings
+from .embedder import Vectors
+from .scoring import LexicalHits, Slots, TagPasses
+from .slots import EXAMPLE_STRIDE, SlotTable
+
+
+class AnnMode:
+    """The approximate indices (None in exact mode); not thread-safe, callers lock."""
+
+    def __init__(self, settings: AnnSettings) -> None:
+        self.settings = settings
+        self.cap: AnnIndex | None = None
+        self.ex: AnnIndex | None = None
+        self.built_for = 0  # agents the approximate index was sized for
+
+    @property
+    def active(self) -> bool:
+        return self.cap is not None
+
+    def add(self, table: SlotTable, slots: Sequence[int]) -> None:
+        """Index freshly placed slots (approximate mode only)."""
+        if self.cap is None or self.ex is None or not slots:
+            return
+        arr = np.asarray(slots, dtype=np.int64)
+        self.cap.add(table.cap.get(arr), arr)
+        ids, vecs = [], []
+        for s in slots:
+            ex = table.examples.vectors_of(s)
+            if len(ex):
+                ids.append(s * EXAMPLE_STRIDE + np.arange(len(ex), dtype=np.int64))
+                vecs.append(ex)
+        if ids:
+            self.ex.add(np.concatenate(vecs), np.concatenate(ids))
+
+    def forget(self, table: SlotTable, slot: int) -> None:
+        """Drop a slot before the table clears it (approximate mode only)."""
+        if self.cap is not None and self.ex is not None:
+            self.cap.remove(np.array([slot], dtype=np.int64))
+            k = table.examples.count(slot)
+            if k:
+                self.ex.remove(slot * EXAMPLE_STRIDE + np.arange(k, dtype=np.int64))
+
+    def maybe_switch(self, table: SlotTable) -> None:
+        n = len(table)
+        if self.cap is None and n > self.settings.exact_max:
+            self.build(table)
+        elif self.cap is not None and n > 4 * self.built_for:
+            self.build(table)  # the inverted lists were sized for a quarter of this
+        elif self.cap is not None and n <= self.settings.exact_max // 2:
+            self.cap = self.ex = None  # back to exhaustive (with hysteresis)
+
+    def build(self, table: SlotTable) -> None:
+        """(Re)build the approximate indices over every indexed agent."""
+        table.tags.compact()
+        slots = table.live_slots()
+        if not len(slots):
+            return
+        self.built_for = len(slots)
+        self.cap = AnnIndex.build(table.dim, table.cap.get(slots), slots, self.settings)
+        ids, vecs = [], []
+        has = slots[table.has_examples[slots]]
+        for s in has.tolist():
+            ex = table.examples.vectors_of(s)
+            ids.append(s * EXAMPLE_STRIDE + np.arange(len(ex), dtype=np.int64))
+            vecs.append(ex)
+        ex_dim = table.examples.dims
+        self.ex = AnnIndex.build(
+            ex_dim,
+            np.concatenate(vecs) if vecs else np.zeros((1, ex_dim), np.float32),
+            np.concatenate(ids) if ids else np.zeros(0, np.int64),
+            self.settings,
+        )
+        # the packed copies for exhaustive scans are not needed any more
+        table.ctx.drop_packed()
+        table.cap.drop_packed()
+        table.examples.rows.drop_packed()
+
+    def save(self, directory: Path) -> None:
+        if self.cap is not None and self.ex is not None:
+            self.cap.save(directory / "capability.faiss")
+            self.ex.save(directory / "examples.faiss")
+
+    def load(self, directory: Path, built_for: int) -> None:
+        nprobe = self.settings.nprobe
+        self.cap = AnnIndex.load(directory / "capability.faiss", nprobe)
+        self.ex = AnnIndex.load(directory / "examples.faiss", nprobe)
+        self.built_for = built_for
+
+    def nearest(self, capability: Vectors) -> Slots:
+        """The slots nearest one capability vector (routing equivalence)."""
+        assert self.cap is not None
+        out: Slots = np.unique(self.cap.search(capability[None, :], 4 * self.settings.candidates))
+        return out
+
+    def candidates(
+        self,
+        table: SlotTable,
+        q: Vectors,
+        lex: LexicalHits,
+        tag_passes: TagPasses,
+        use_examples: bool,
+        n: int,
+    ) -> Slots:
+        """The union of each source's best ``candidates_at(live)`` per query text."""
+        live = len(table)
+        k = self.settings.candidates_at(live)
+        parts: list[npt.NDArray[np.integer]] = []
+        if live <= k:
+            return table.live_slots()
+        nonzero = np.array([bool(np.any(v)) for v in q])
+        qv = q[nonzero]
+        if len(qv):
+            if self.cap is not None:
+                parts.append(self.cap.search(qv, k))
+                if use_examples and self.ex is not None:
+                    hits = self.ex.search(table.examples.project(qv), k)
+                    parts.append(hits // EXAMPLE_STRIDE)
+            else:  # exact mode, capability_domains query: exact top-k by flat scan
+                sims = table.cap.scan(qv, n)
+                if use_examples and table.examples.total:
+                    sims = np.maximum(sims, table.examples.best(qv, n)[0])
+                for col in sims.T:
+                    parts.append(np.argpartition(-col, min(k, n - 1))[:k])
+        for dense, touched in lex:
+            parts.append(top_touched(dense, touched, k))
+        for tag_dense, tag_list in tag_passes:
+            if tag_dense is not None and tag_list:
+                touched = np.concatenate([h for _, h in tag_list])
+                parts.append(top_touched(tag_dense, touched, k))
+        if not parts:
+            return np.zeros(0, dtype=np.int64)
+        cand: Slots = np.unique(np.concatenate(parts).astype(np.int64))
+        cand = cand[(cand >= 0) & (cand < n)]
+        out: Slots = cand[table.alive[cand]]
+        return out
+
+
+def top_touched(dense: Vectors, touched: npt.NDArray[np.integer], k: int) -> Slots:
+    """The (at most) k touched slots with the highest dense score (``touched``
+    may repeat a slot; only the best 2k entries are de-duplicated)."""
+    if not len(touched):
+        return np.zeros(0, dtype=np.int64)
+    if len(touched) > 2 * k:
+        touched = touched[np.argpartition(-dense[touched], 2 * k - 1)[: 2 * k]]
+    uniq: Slots = np.unique(touched).astype(np.int64)
+    if len(uniq) <= k:
+        return uniq
+    top = np.argpartition(-dense[uniq], k - 1)[:k]
+    out: Slots = uniq[top]
+    return out

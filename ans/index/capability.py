@@ -1,0 +1,384 @@
+"""Capability matching: which agents can do what the intent asks.
+
+Following the efficient-discovery profile (sections 4.4, 4.5, 7), every
+registration feeds complementary indices, all built from the same ACTIVATE:
+
+* **tag index** — an inverted index from normalized tag to agents. Query tags
+  are the 1..3-word n-grams of the intent that are in the tag vocabulary.
+* **context index** — embeddings of the job description (with the agent
+  label split into words: ``HousePurchasingTool`` -> "House Purchasing Tool")
+  and of the whole capability document. Per facet we keep the *sum* of token
+  embeddings and the token count, so the capability vector for any subset of
+  capability domains is exact (it equals embedding the concatenated text).
+* **example index** — one vector per published example task, in a FAISS
+  inner-product index; an agent's example score is its *best* example (never
+  an average), so one matching capability of a multi-purpose agent counts.
+* **lexical index** — BM25 over the same text (:mod:`ans.lexical`).
+
+Fusion into ``capability_match_score`` is a weighted mean of the components
+that apply to the agent (example only when it published examples, tag only
+when the intent names a known tag and the agent has tags), clamped to [0, 1]
+and rounded to six decimals. A compound intent ("latest news about Tesla and
+how it moved the stock") is also scored part by part; the final score is the
+mean of the whole-intent score and the best part score, so an agent that does
+one part well is found. Weights are fixed in :data:`WEIGHTS`; the README says
+how they were chosen (leave-one-out over the published example tasks only).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..ann import AnnSettings
+from ..qrows import query_codes, similarities
+from ..ranking import PRECISION
+from ..text import segments
+from . import snapshot
+from .approximate import AnnMode
+from .embedder import Embedder, QueryVectors, Vectors
+from .equivalence import equivalence
+from .profiles import (
+    ALL_DOMAINS,
+    DOMAIN_FACETS,
+    CapabilityProfile,
+    ProfileSource,
+    ProfileVectors,
+    embed_profiles,
+    no_profiles,
+)
+from .restricted import RESTRICTED_RERANK, FacetCache, facet_mask, narrow
+from .scoring import (
+    EXAMPLE_FLOOR,
+    MAX_EVIDENCE_EXAMPLES,
+    QueryScores,
+    Slots,
+    combine,
+    fuse_texts,
+    tag_scores,
+)
+from .slots import SlotTable
+
+
+class CapabilityMatcher(Protocol):
+    def embed_profile(self, profile: CapabilityProfile) -> ProfileVectors: ...
+    def embed_profiles(self, profiles: Sequence[CapabilityProfile]) -> list[ProfileVectors]: ...
+    def upsert(self, profile: CapabilityProfile, vectors: ProfileVectors | None = None) -> None: ...
+    def upsert_many(self, items: Sequence[tuple[CapabilityProfile, ProfileVectors]]) -> None: ...
+    def remove(self, canonical_id: str) -> None: ...
+    def query(
+        self, intent: str, domains: tuple[str, ...] | None, *, evidence: bool = False
+    ) -> QueryScores: ...
+    def scores(
+        self, intent: str, domains: tuple[str, ...] | None, floor: float
+    ) -> dict[str, float]: ...
+    def equivalence(
+        self,
+        profile: CapabilityProfile,
+        vectors: ProfileVectors | None = None,
+        among: Sequence[str] | None = None,
+    ) -> dict[str, float]: ...
+    def ids(self) -> list[str]: ...
+    def save(self, directory: Path, meta: Mapping[str, Any]) -> None: ...
+    def __len__(self) -> int: ...
+
+
+class CapabilityIndex:
+    """Tag, context, example and lexical indices over every Active agent (thread-safe).
+
+    Up to ``settings.exact_max`` agents a query scores every agent (exact).
+    Above it, candidates come from FAISS (capability and example vectors),
+    the BM25 postings and the tag postings, ``settings.candidates_at(n)`` per
+    source and query text, and only they are scored - with the same formulas. A
+    ``capability_domains`` query always scores candidates: it re-embeds their
+    allowed facets (from ``profile_source``, e.g. the store) on the fly, since
+    per-facet vectors of a million agents would not fit in memory.
+
+    Without a ``profile_source`` the index keeps every profile in memory (fine
+    for small catalogs and tests); the server passes one backed by its store.
+
+    This class is the lock and the seams: storage is :class:`SlotTable`, the
+    mode switch and candidates :class:`AnnMode`, scoring :mod:`.scoring`,
+    restricted queries :mod:`.restricted`, routing :mod:`.equivalence`,
+    snapshots :mod:`.snapshot`.
+    """
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        query_cache: int = 1024,
+        *,
+        settings: AnnSettings | None = None,
+        profile_source: ProfileSource | None = None,
+    ) -> None:
+        self._emb = embedder
+        self._dim = embedder.dim
+        self.settings = settings or AnnSettings()
+        self._lock = threading.RLock()
+        example_dims = min(self._dim, getattr(embedder, "prefix_dims", self._dim))
+        self._table = SlotTable(self._dim, example_dims, keep_profiles=profile_source is None)
+        self._ann = AnnMode(self.settings)
+        self._facets = FacetCache()
+        self._queries = QueryVectors(embedder, query_cache)
+        self._source = profile_source
+        self.dirty = False  # changed since the last save()/load()
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def ids(self) -> list[str]:
+        with self._lock:
+            return list(self._table.slot_of)
+
+    @property
+    def approximate(self) -> bool:
+        return self._ann.active
+
+    def describe(self) -> dict[str, Any]:
+        """What search the index uses now (health endpoint, benchmarks)."""
+        with self._lock:
+            active = self._ann.active
+            return {
+                "agents": len(self._table),
+                "mode": "approximate" if active else "exact",
+                "index": "IVF-SQ8 (FAISS)" if active else "flat scan",
+                "exact_max": self.settings.exact_max,
+                "nprobe": self.settings.nprobe if active else None,
+                "candidates": self.settings.candidates_at(len(self._table)),
+            }
+
+    # -- embedding and mutation --------------------------------------------------------
+    def embed_profile(self, profile: CapabilityProfile) -> ProfileVectors:
+        return self.embed_profiles([profile])[0]
+
+    def embed_profiles(self, profiles: Sequence[CapabilityProfile]) -> list[ProfileVectors]:
+        """Embed many profiles in one embedder call (:func:`.profiles.embed_profiles`)."""
+        return embed_profiles(self._emb, profiles)
+
+    def _claim(self, cid: str) -> int:
+        slot = self._table.slot_of.get(cid)
+        if slot is not None:
+            self._ann.forget(self._table, slot)
+        return self._table.claim(cid)
+
+    def upsert(self, profile: CapabilityProfile, vectors: ProfileVectors | None = None) -> None:
+        vecs = vectors if vectors is not None else self.embed_profile(profile)
+        with self._lock:
+            slot = self._claim(profile.canonical_id)
+            self._table.place(slot, profile, vecs)
+            self._ann.add(self._table, [slot])
+            self.dirty = True
+            self._ann.maybe_switch(self._table)
+
+    def upsert_many(self, items: Sequence[tuple[CapabilityProfile, ProfileVectors]]) -> None:
+        """Many agents at once (bulk import, cold start): postings are merged in one
+        sort, and the approximate index, if needed, is built once at the end."""
+        if not items:
+            return
+        with self._lock:
+            slots = [self._claim(p.canonical_id) for p, _ in items]
+            self._table.place_many(slots, items)
+            self._ann.add(self._table, slots)
+            self.dirty = True
+            self._ann.maybe_switch(self._table)
+
+    def remove(self, canonical_id: str) -> None:
+        with self._lock:
+            slot = self._table.slot_of.get(canonical_id)
+            if slot is None:
+                return
+            self._ann.forget(self._table, slot)
+            self._table.release(canonical_id)
+            self.dirty = True
+
+    def build_ann(self) -> None:
+        """(Re)build the approximate indices over every indexed agent."""
+        with self._lock:
+            self._ann.build(self._table)
+
+    # -- query -----------------------------------------------------------------------
+    def query_vectors(self, texts: Sequence[str]) -> Vectors:
+        """Normalized embeddings of the texts (an LRU cache keyed by text)."""
+        return self._queries.vectors(texts)
+
+    def scores(
+        self, intent: str, domains: tuple[str, ...] | None, floor: float
+    ) -> dict[str, float]:
+        return self.query(intent, domains).above(floor)
+
+    def query(
+        self,
+        intent: str,
+        domains: tuple[str, ...] | None,
+        *,
+        evidence: bool = False,
+        exhaustive: bool | None = None,
+        only: Sequence[str] | None = None,
+    ) -> QueryScores:
+        """Score the intent. ``exhaustive`` forces (True) or forbids (False) scoring
+        every agent (default: by catalog size); ``only`` scores just those ids."""
+        texts = [intent, *segments(intent)]
+        q = self.query_vectors(texts)
+        allowed = set(ALL_DOMAINS if domains is None else domains)
+        restricted = domains is not None and not all(
+            DOMAIN_FACETS[d] is None or d in allowed for d in ALL_DOMAINS
+        )
+        use_examples = "examples" in allowed
+        t = self._table
+        with self._lock:
+            n = len(t.id_of)
+            lex = t.lexical.accumulate_many(texts, facet_mask(allowed), n)
+            tag_passes = [
+                tag_scores(t.tags, len(t), x, n) if "tags" in allowed else (None, []) for x in texts
+            ]
+            if only is not None:
+                cand, full = t.slots_of(only), False
+            else:
+                full = (
+                    exhaustive if exhaustive is not None else not (self._ann.active or restricted)
+                )
+                cand = (
+                    np.arange(n, dtype=np.int64)
+                    if full
+                    else self._ann.candidates(t, q, lex, tag_passes, use_examples, n)
+                )
+            if restricted and not full and len(cand) > RESTRICTED_RERANK:
+                cand = narrow(t, cand, q, lex, tag_passes, use_examples)
+            ctx, cap, ex = self._similarities(
+                q, cand, n, full, allowed if restricted else None, use_examples
+            )
+            pick = slice(0, n) if full else cand  # every slot: no gather
+            has_ex = t.has_examples[pick] & use_examples
+            has_tags = t.n_tags[pick] > 0
+            ids = t.ids_at(cand, full)
+        passes = fuse_texts(q, ctx, cap, lex, ex, has_ex, has_tags, tag_passes, pick)
+        return combine(
+            passes,
+            ids,
+            exhaustive=full,
+            slots=cand,
+            vectors=q,
+            index=self,
+            domains=domains,
+            texts=tuple(texts),
+        )
+
+    def _similarities(
+        self,
+        q: Vectors,
+        cand: Slots,
+        n: int,
+        full: bool,
+        restricted_to: set[str] | None,
+        use_examples: bool,
+    ) -> tuple[Vectors, Vectors, Vectors]:
+        """Context, capability and best-example similarities of the candidates
+        (every slot when ``full``) with each query vector; the capability over
+        the description and ``restricted_to`` facets only when given."""
+        t = self._table
+        qc = query_codes(q)  # context and capability rows share the query codes
+        ctx = t.ctx.scan(qc, n) if full else t.ctx.scan_rows(qc, cand)
+        if restricted_to is not None:
+            facets = self._facets.capability(
+                t, cand, restricted_to, self._profiles_of, self.embed_profiles
+            )
+            cap = similarities(facets, q)
+        else:
+            cap = t.cap.scan(qc, n) if full else t.cap.scan_rows(qc, cand)
+        if not (use_examples and t.examples.total):
+            ex = np.zeros((n if full else len(cand), len(q)), np.float32)
+        else:
+            ex = t.examples.best(q, n)[0] if full else t.examples.best_of(q, cand)
+        return ctx, cap, ex
+
+    def _profiles_of(self, ids: Sequence[str]) -> Mapping[str, CapabilityProfile]:
+        profiles = self._table.profiles
+        if profiles is not None:
+            return {c: p for c in ids if (p := profiles.get(c)) is not None}
+        assert self._source is not None
+        return self._source(ids)
+
+    def matched_examples(self, canonical_id: str, slot: int, q: Vectors) -> list[dict[str, Any]]:
+        """The agent's best-matching published examples for the query vectors
+        (each scored exactly as the example component scores it)."""
+        with self._lock:
+            if self._table.slot_of.get(canonical_id) != slot:
+                return []
+            sims = self._table.examples.sims_of(slot, q)
+        if not len(sims):
+            return []
+        profile = self._profiles_of([canonical_id]).get(canonical_id)
+        if profile is None:
+            return []
+        best = sims.max(axis=1)
+        examples = profile.examples[: len(sims)]
+        order = sorted(range(len(examples)), key=lambda k: (-float(best[k]), k))
+        return [
+            {
+                "id": examples[k].id,
+                "text": examples[k].text,
+                "score": round(min(1.0, float(best[k])), PRECISION),
+            }
+            for k in order[:MAX_EVIDENCE_EXAMPLES]
+            if best[k] > EXAMPLE_FLOOR
+        ]
+
+    # -- routing equivalence -----------------------------------------------------------
+    def equivalence(
+        self,
+        profile: CapabilityProfile,
+        vectors: ProfileVectors | None = None,
+        among: Sequence[str] | None = None,
+    ) -> dict[str, float]:
+        """How closely indexed agents' capabilities match ``profile`` (every agent,
+        those in ``among``, or in approximate mode the nearest): see
+        :func:`.equivalence.equivalence`."""
+        vecs = vectors if vectors is not None else self.embed_profile(profile)
+        with self._lock:
+            return equivalence(self._table, self._ann, profile, vecs, among)
+
+    # -- snapshot --------------------------------------------------------------------
+    def save(self, directory: Path, meta: Mapping[str, Any]) -> None:
+        """Write the whole index to ``directory`` atomically (a sibling temporary
+        directory renamed into place), with the caller's ``meta``."""
+        with self._lock:
+            snapshot.write(Path(directory), self._table, self._ann, self._emb, meta)
+            self.dirty = False
+
+    @classmethod
+    def load(
+        cls,
+        directory: Path,
+        embedder: Embedder,
+        *,
+        settings: AnnSettings | None = None,
+        profile_source: ProfileSource | None = None,
+        query_cache: int = 1024,
+    ) -> tuple[CapabilityIndex, dict[str, Any]] | None:
+        """The index saved in ``directory`` and its meta, or None when there is no
+        usable snapshot (absent, another format or embedder, inconsistent). A
+        snapshot without profiles needs a ``profile_source``."""
+        directory = Path(directory)
+        try:
+            snap = snapshot.read(directory, embedder)
+            if snap is None:
+                return None
+            idx = cls(
+                embedder,
+                query_cache,
+                settings=settings,
+                profile_source=profile_source or no_profiles,
+            )
+            idx._table = snap.table
+            if snap.approximate:
+                idx._ann.load(directory, snap.ann_built_for)
+            elif len(snap.table) > idx.settings.exact_max:
+                idx.build_ann()
+            idx.dirty = False
+            return idx, snap.meta
+        except snapshot.LOAD_ERRORS:
+            return None

@@ -1,0 +1,113 @@
+"""``capability_domains`` queries: capability vectors over the allowed facets only.
+
+The index keeps one whole-document capability vector per agent (per-facet
+vectors of a million agents would not fit in memory), so a restricted query
+re-embeds the allowed facets of its candidates from their profiles, keeping
+the per-agent facet sums in a small LRU cache keyed by (agent, generation).
+Owns that cache, the facet mask of a set of allowed domains, and the narrowing
+of a restricted query's candidates to the :data:`RESTRICTED_RERANK` best by
+the all-facet score (so only those are re-embedded).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from .embedder import Vectors, normalize_rows
+from .profiles import FACETS, CapabilityProfile, ProfileVectors
+from .scoring import LexicalHits, Slots, TagPasses, fuse, weight_sums
+from .slots import SlotTable
+
+DOMAIN_CACHE = 4096  # per-agent facet sums kept for capability_domains queries
+# A capability_domains query re-embeds the allowed facets of this many of its
+# best candidates (by the all-facet score); the rest are not scored.
+RESTRICTED_RERANK = 64
+
+
+def facet_mask(allowed: set[str]) -> npt.NDArray[np.float32]:
+    """1 for the facets a query may read (the description always), else 0."""
+    return np.array([f == "description" or f in allowed for f in FACETS], dtype=np.float32)
+
+
+class FacetCache:
+    """Per-agent facet sums of recently re-embedded agents (not thread-safe; callers lock)."""
+
+    def __init__(self, size: int = DOMAIN_CACHE) -> None:
+        self._size = size
+        self._sums: OrderedDict[tuple[str, int], Vectors] = OrderedDict()
+
+    def capability(
+        self,
+        table: SlotTable,
+        slots: Slots,
+        allowed: set[str],
+        profiles_of: Callable[[Sequence[str]], Mapping[str, CapabilityProfile]],
+        embed_profiles: Callable[[Sequence[CapabilityProfile]], list[ProfileVectors]],
+    ) -> Vectors:
+        """Unit capability vectors of the slots over the description and the allowed
+        facets only, re-embedded from the agents' profiles (cached per agent)."""
+        nf = len(FACETS)
+        keep = facet_mask(allowed)
+        sums = np.zeros((len(slots), nf, table.dim), dtype=np.float32)
+        need: list[tuple[int, str]] = []
+        for i, s in enumerate(slots.tolist()):
+            cid = table.id_of[s]
+            if cid is None:
+                continue
+            hit = self._sums.get((cid, table.generation.get(s, 0)))
+            if hit is None:
+                need.append((i, cid))
+            else:
+                sums[i] = hit
+        if need:
+            profiles = profiles_of([cid for _, cid in need])
+            got = [(i, cid, profiles[cid]) for i, cid in need if cid in profiles]
+            if got:
+                vecs = embed_profiles([p for _, _, p in got])
+                for (i, cid, _), v in zip(got, vecs, strict=True):
+                    sums[i] = v.facet_sums
+                    key = (cid, table.generation.get(table.slot_of.get(cid, -1), 0))
+                    self._sums[key] = v.facet_sums
+                while len(self._sums) > self._size:
+                    self._sums.popitem(last=False)
+        return normalize_rows(np.einsum("nfd,f->nd", sums, keep))
+
+
+def narrow(
+    table: SlotTable,
+    cand: Slots,
+    q: Vectors,
+    lex: LexicalHits,
+    tag_passes: TagPasses,
+    use_examples: bool,
+) -> Slots:
+    """The RESTRICTED_RERANK candidates that score best with every facet
+    (the whole intent only): a capability_domains query re-embeds just these."""
+    q0 = q[:1]
+    tag_dense, tag_list = tag_passes[0]
+    ex = (
+        table.examples.best_of(q0, cand)[:, 0]
+        if use_examples and table.examples.total
+        else np.zeros(len(cand), np.float32)
+    )
+    has_ex = table.has_examples[cand] & use_examples
+    has_tags = table.n_tags[cand] > 0
+    prelim = fuse(
+        table.ctx.scan_rows(q0, cand)[:, 0],
+        table.cap.scan_rows(q0, cand)[:, 0],
+        lex[0][0][cand],
+        ex,
+        has_ex,
+        tag_dense[cand] if tag_dense is not None else None,
+        has_tags,
+        tag_list,
+        not np.any(q0),
+        weight_sums(has_ex, has_tags),
+    ).fused
+    keep = np.argpartition(-prelim, RESTRICTED_RERANK - 1)[:RESTRICTED_RERANK]
+    out: Slots = np.sort(cand[keep])
+    return out

@@ -1,0 +1,354 @@
+"""Scoring: how the components of one query text are fused into a score, and
+the :class:`QueryScores` of an intent with the evidence that explains them.
+
+Owns the fusion weights (:data:`WEIGHTS`), the example floor, the compound
+intent mix, the per-text :class:`Pass` (fused score plus the components it was
+fused from), the IDF-weighted tag component, and everything a caller asks of a
+query's result: scores above a floor, the relevance gate's matches, one
+agent's score and its evidence (components, matched tags, matched examples).
+The index (:mod:`ans.index.capability`) supplies the component arrays.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..postings import SlotPostings
+from ..ranking import PRECISION
+from ..relevance import RelevanceGate, maxima, whole_components
+from ..text import candidate_tags
+from .embedder import Vectors
+
+if TYPE_CHECKING:
+    from .capability import CapabilityIndex
+
+Slots = npt.NDArray[np.int64]
+# The query tags a text names that some agent holds, each with its holders' slots.
+TagHits = list[tuple[str, npt.NDArray[np.int32]]]
+# Per query text: the dense tag component (None: no known tag named) and its hits.
+TagPasses = list[tuple[Vectors | None, TagHits]]
+# Per query text: dense BM25 scores over slots and the slots the postings touched.
+LexicalHits = list[tuple[Vectors, npt.NDArray[np.int32]]]
+
+# Fusion weights. context/capability/example/lexical were fitted by
+# leave-one-out over the MetaTool *example tasks* only (never the evaluation
+# queries); tag is fixed a priori (MetaTool has no tags). See README.
+WEIGHTS: dict[str, float] = {
+    "context": 0.2,
+    "capability": 0.2,
+    "example": 0.2,
+    "lexical": 0.4,
+    "tag": 0.2,
+}
+COMPONENTS = ("tag", "context", "capability", "example", "lexical")
+# Example similarities at or below this are "no match" (0) — a priori.
+EXAMPLE_FLOOR = 0.2
+
+
+def example_value(sims: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """Example similarities as the example component counts them: at or below
+    :data:`EXAMPLE_FLOOR` 0, else capped at 1."""
+    return np.where(sims > EXAMPLE_FLOOR, np.minimum(sims, 1.0), 0.0).astype(np.float32)
+
+
+# Weight of the whole intent vs its best part for compound intents — a priori.
+SEGMENT_MIX = 0.5
+MAX_EVIDENCE_EXAMPLES = 3
+
+
+@dataclass(slots=True)
+class Pass:
+    """One text (the whole intent or one part) over the candidates: the fused
+    score, and the inputs it was fused from, to explain any one agent."""
+
+    fused: Vectors
+    tags: TagHits  # matched query tags and their holders
+    ctx: Vectors | None = None  # None: an empty text, nothing scored
+    cap: Vectors | None = None
+    lexical: Vectors | None = None
+    ex: Vectors | None = None
+    has_ex: npt.NDArray[np.bool_] | None = None
+    tag: Vectors | None = None
+    has_tags: npt.NDArray[np.bool_] | None = None
+
+    def components_at(self, i: int) -> dict[str, float]:
+        """The components of candidate ``i`` (unrounded), as :func:`fuse`
+        weighed them; a component the agent does not publish is absent."""
+        if self.ctx is None or self.cap is None or self.lexical is None:
+            return {}
+        out = {
+            "context": float(np.clip(self.ctx[i], 0.0, 1.0)),
+            "capability": float(np.clip(self.cap[i], 0.0, 1.0)),
+            "lexical": float(self.lexical[i]),
+        }
+        if self.ex is not None and self.has_ex is not None and self.has_ex[i]:
+            out["example"] = float(example_value(self.ex[i : i + 1])[0])
+        if self.tag is not None and self.has_tags is not None and self.has_tags[i]:
+            out["tag"] = float(self.tag[i])
+        return out
+
+
+@dataclass(slots=True)
+class QueryScores:
+    """The scores of one intent over its candidate agents (every indexed agent
+    in exact mode), with what is needed to explain any of them."""
+
+    final: Vectors
+    ids: list[str | None]
+    whole: Pass
+    parts: list[Pass] = field(default_factory=list)
+    part_best: Vectors | None = None
+    exhaustive: bool = True
+    slots: Slots = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    vectors: Vectors = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
+    index: CapabilityIndex | None = None
+    domains: tuple[str, ...] | None = None
+    texts: tuple[str, ...] = ()
+    # Margins are measured to these maxima instead of the candidates' own (one agent scored alone).
+    reference: npt.NDArray[np.float64] | None = None
+    _pos: dict[str, int] | None = None
+    _cms: npt.NDArray[np.float64] | None = None
+    _gate: RelevanceGate | None = None
+
+    def _position(self, canonical_id: str) -> int | None:
+        if self._pos is None:
+            self._pos = {cid: i for i, cid in enumerate(self.ids) if cid is not None}
+        return self._pos.get(canonical_id)
+
+    def above(self, floor: float) -> dict[str, float]:
+        """capability_match_score of every candidate scoring at least ``floor``."""
+        ids, values = self.above_arrays(floor)
+        return {c: round(v, PRECISION) for c, v in zip(ids, values.tolist(), strict=True)}
+
+    def above_arrays(self, floor: float) -> tuple[list[str], npt.NDArray[np.float64]]:
+        """The candidates whose capability_match_score is at least ``floor``, as
+        (canonical ids, unrounded scores clipped to [0, 1]); ``round(score, 6)``
+        of an entry is its capability_match_score."""
+        scores = np.clip(self.final, 0.0, 1.0).astype(np.float64)
+        return self._picked(at_least(scores, floor), scores)
+
+    def matches(self, gate: RelevanceGate) -> tuple[list[str], npt.NDArray[np.float64]]:
+        """The candidates the relevance gate admits (:mod:`ans.relevance`), as
+        (canonical ids, unrounded capability_match_scores)."""
+        if gate.kind == "floor":
+            return self.above_arrays(gate.min_capability_match)
+        cms = self.calibrated(gate)
+        raw = np.clip(self.final, 0.0, 1.0).astype(np.float64)
+        keep = at_least(raw, gate.min_capability_match) & at_least(cms, gate.min_relevance)
+        return self._picked(keep, cms)
+
+    def calibrated(self, gate: RelevanceGate) -> npt.NDArray[np.float64]:
+        """capability_match_score of every candidate under ``gate`` (cached)."""
+        if gate.kind == "floor":
+            return np.clip(self.final, 0.0, 1.0).astype(np.float64)
+        if self._cms is None or self._gate != gate:
+            self._cms = gate.scores(
+                self.final.astype(np.float64), self.whole, self.parts, self.reference
+            )
+            self._gate = gate
+        return self._cms
+
+    def _picked(
+        self, keep: npt.NDArray[np.bool_], values: npt.NDArray[np.float64]
+    ) -> tuple[list[str], npt.NDArray[np.float64]]:
+        picked = np.nonzero(keep)[0]
+        values = values[picked]
+        if len(picked) == 0:
+            return [], values
+        ids: list[str | None] = (
+            list(operator.itemgetter(*picked.tolist())(self.ids))
+            if len(picked) > 1
+            else [self.ids[int(picked[0])]]
+        )
+        if None in ids:  # a slot freed while the query ran
+            live = np.array([c is not None for c in ids], dtype=bool)
+            return [c for c in ids if c is not None], values[live]
+        return ids, values  # type: ignore[return-value]  # no None left
+
+    def score(self, canonical_id: str, gate: RelevanceGate | None = None) -> float:
+        """capability_match_score of one indexed agent whatever the gate (0 if
+        absent): calibrated under ``gate`` (margins to this query's best), else
+        the fused score."""
+        i = self._position(canonical_id)
+        if i is not None:
+            values = self.calibrated(gate) if gate is not None else self.final
+            return round(min(1.0, max(0.0, float(values[i]))), PRECISION)
+        if self.index is None:
+            return 0.0
+        extra = self.index.query(
+            self.texts[0] if self.texts else "", self.domains, only=[canonical_id]
+        )
+        if gate is not None and gate.kind == "calibrated":
+            extra.reference = self.best_values()
+        return extra.score(canonical_id, gate) if extra.ids else 0.0
+
+    def best_values(self) -> npt.NDArray[np.float64]:
+        """The best fused score and components of this query (margins are measured to them)."""
+        if self.reference is not None:
+            return self.reference
+        n = len(self.final)
+        return maxima(self.final.astype(np.float64), whole_components(self.whole, n))
+
+    def evidence(self, canonical_id: str) -> dict[str, Any]:
+        """score_components, matched_tags, matched_examples of one scored agent."""
+        i = self._position(canonical_id)
+        if i is None or self.index is None:
+            return {"score_components": {}, "matched_tags": [], "matched_examples": []}
+        raw = self.whole.components_at(i)
+        comps = {name: round(raw[name], PRECISION) for name in COMPONENTS if name in raw}
+        comps["fused"] = round(min(1.0, max(0.0, float(self.final[i]))), PRECISION)
+        if self.part_best is not None:
+            comps["segment"] = round(float(self.part_best[i]), PRECISION)
+        slot = int(self.slots[i])
+        tags: set[str] = set()
+        for p in (self.whole, *self.parts):
+            for tag, holders in p.tags:
+                if np.any(holders == slot):
+                    tags.add(tag)
+        examples_allowed = self.domains is None or "examples" in self.domains
+        return {
+            "score_components": comps,
+            "matched_tags": sorted(tags),
+            "matched_examples": self.index.matched_examples(canonical_id, slot, self.vectors)
+            if examples_allowed
+            else [],
+        }
+
+
+def at_least(values: npt.NDArray[np.float64], floor: float) -> npt.NDArray[np.bool_]:
+    """``round(value, 6) >= floor`` for every value, with Python's rounding
+    deciding the values within rounding distance of the floor."""
+    ok = values >= floor - 1e-7
+    for i in np.nonzero(np.abs(values - floor) <= 2e-6)[0].tolist():
+        ok[i] = round(float(values[i]), PRECISION) >= floor
+    return ok
+
+
+def fuse(
+    ctx: Vectors,
+    cap: Vectors,
+    lexical: Vectors,
+    ex: Vectors,
+    has_ex: npt.NDArray[np.bool_],
+    tag: Vectors | None,
+    has_tags: npt.NDArray[np.bool_],
+    tags: TagHits,
+    empty: bool,
+    sums: tuple[Vectors, Vectors],
+) -> Pass:
+    """The weighted mean of the components over the weights of the components
+    each agent has (``sums``: :func:`weight_sums`, without and with the tag
+    component)."""
+    n = len(ctx)
+    if empty:
+        return Pass(np.zeros(n, dtype=np.float32), [])
+    total = WEIGHTS["context"] * np.clip(ctx, 0.0, 1.0)
+    total += WEIGHTS["capability"] * np.clip(cap, 0.0, 1.0)
+    total += WEIGHTS["lexical"] * lexical
+    any_ex = bool(has_ex.any())
+    if any_ex:
+        total += WEIGHTS["example"] * np.where(has_ex, example_value(ex), 0.0)
+    if tag is not None:
+        total += WEIGHTS["tag"] * np.where(has_tags, tag, 0.0)
+    total /= sums[tag is not None]
+    fused = np.clip(total, 0.0, 1.0, out=total).astype(np.float32, copy=False)
+    return Pass(
+        fused,
+        tags,
+        ctx,
+        cap,
+        lexical,
+        ex if any_ex else None,
+        has_ex,
+        tag,
+        has_tags,
+    )
+
+
+def weight_sums(
+    has_ex: npt.NDArray[np.bool_], has_tags: npt.NDArray[np.bool_]
+) -> tuple[Vectors, Vectors]:
+    """Per candidate, the sum of the weights of the components it has: without
+    and with the tag component (a text names a known tag or not)."""
+    base = np.full(
+        len(has_ex),
+        WEIGHTS["context"] + WEIGHTS["capability"] + WEIGHTS["lexical"],
+        dtype=np.float32,
+    )
+    base += WEIGHTS["example"] * has_ex
+    with_tag = base.copy()
+    with_tag += WEIGHTS["tag"] * has_tags
+    return base, with_tag
+
+
+def tag_scores(tags: SlotPostings, live: int, text: str, n: int) -> tuple[Vectors | None, TagHits]:
+    """IDF-weighted share of the intent's known tags that each agent carries
+    (dense over ``n`` slots; ``live`` agents indexed), and the matched tags
+    with their holders."""
+    held = []
+    for t in sorted(candidate_tags(text)):
+        kid = tags.key_id.get(t)
+        if kid is not None:
+            holders = tags.postings(kid)[0]
+            if len(holders):
+                held.append((t, holders))
+    if not held:
+        return None, []
+    n_agents = max(live, 1)
+    idf = {t: float(np.log(1.0 + n_agents / len(h))) for t, h in held}
+    denom = sum(idf.values())
+    out = np.zeros(n, dtype=np.float32)
+    for t, holders in held:
+        out[holders[holders < n]] += idf[t] / denom
+    return np.minimum(out, 1.0), held
+
+
+def fuse_texts(
+    q: Vectors,
+    ctx: Vectors,
+    cap: Vectors,
+    lex: LexicalHits,
+    ex: Vectors,
+    has_ex: npt.NDArray[np.bool_],
+    has_tags: npt.NDArray[np.bool_],
+    tag_passes: TagPasses,
+    pick: slice | Slots,
+) -> list[Pass]:
+    """One :class:`Pass` per query text (column ``i`` of the component arrays,
+    which are over the candidates; ``pick`` selects them from the dense
+    lexical and tag scores)."""
+    sums = weight_sums(has_ex, has_tags)
+    passes = []
+    for i in range(len(q)):
+        tag_dense, tag_list = tag_passes[i]
+        passes.append(
+            fuse(
+                ctx[:, i],
+                cap[:, i],
+                lex[i][0][pick],
+                ex[:, i],
+                has_ex,
+                tag_dense[pick] if tag_dense is not None else None,
+                has_tags,
+                tag_list,
+                not np.any(q[i]),
+                sums,
+            )
+        )
+    return passes
+
+
+def combine(passes: list[Pass], ids: list[str | None], **common: Any) -> QueryScores:
+    """The scores of an intent from its passes (the whole intent first, then its
+    parts): a compound intent mixes the whole with its best part."""
+    whole = passes[0]
+    if len(passes) > 1:
+        part_best = np.max(np.stack([p.fused for p in passes[1:]]), axis=0)
+        final = (1.0 - SEGMENT_MIX) * whole.fused + SEGMENT_MIX * part_best
+        return QueryScores(final, ids, whole, passes[1:], part_best, **common)
+    return QueryScores(whole.fused, ids, whole, **common)

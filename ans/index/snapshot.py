@@ -1,0 +1,140 @@
+"""Index snapshots: the whole capability index written to a directory and read
+back, so a restart does not re-embed the catalog.
+
+Owns the on-disk format (``index.json`` with ids, keys and meta;
+``arrays.npz`` with the slot table's arrays; the FAISS files in approximate
+mode), the atomic replace (a sibling temporary directory renamed into place),
+and the checks that refuse a snapshot of another format or embedder.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import orjson
+
+from ..examples_index import ExampleBlocks
+from ..lexical import LexicalIndex
+from ..postings import SlotPostings
+from ..qrows import QRows
+from .approximate import AnnMode
+from .embedder import Embedder, embedder_fingerprint
+from .profiles import FACETS
+from .slots import SlotTable
+
+SNAPSHOT_FORMAT = 1
+# What a damaged or foreign snapshot raises while it is read: treated as "no snapshot".
+LOAD_ERRORS = (OSError, ValueError, KeyError, TypeError, orjson.JSONDecodeError, RuntimeError)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    table: SlotTable
+    approximate: bool  # the FAISS files are in the directory
+    ann_built_for: int
+    meta: dict[str, Any]
+
+
+def write(
+    directory: Path, table: SlotTable, ann: AnnMode, embedder: Embedder, meta: Mapping[str, Any]
+) -> None:
+    """Write the index to ``directory`` atomically, with the caller's ``meta``
+    (the caller holds the index lock)."""
+    table.tags.compact()
+    table.lexical.postings.compact()
+    n = len(table.id_of)
+    arrays: dict[str, npt.NDArray[np.generic]] = {
+        **table.ctx.state("ctx", n),
+        **table.cap.state("cap", n),
+        "has_examples": table.has_examples[:n],
+        "n_tags": table.n_tags[:n],
+        **{f"tag_{k}": v for k, v in table.tags.state().items()},
+        **{f"lex_{k}": v for k, v in table.lexical.state().items()},
+        **table.examples.state(),
+    }
+    doc = {
+        "format": SNAPSHOT_FORMAT,
+        "dim": table.dim,
+        "example_dims": table.examples.dims,
+        "embedder": embedder_fingerprint(embedder),
+        "ids": table.id_of,
+        "tag_keys": table.tags.keys,
+        "lex_keys": table.lexical.postings.keys,
+        "approximate": ann.active,
+        "ann_built_for": ann.built_for,
+        "meta": dict(meta),
+    }
+    directory = Path(directory)
+    tmp = directory.with_name(f"{directory.name}.tmp-{uuid.uuid4().hex[:8]}")
+    tmp.mkdir(parents=True)
+    try:
+        with open(tmp / "arrays.npz", "wb") as fh:
+            np.savez(fh, **arrays)  # type: ignore[arg-type]
+        ann.save(tmp)
+        (tmp / "index.json").write_bytes(orjson.dumps(doc))
+        for f in tmp.iterdir():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+        old = directory.with_name(f"{directory.name}.old-{uuid.uuid4().hex[:8]}")
+        if directory.exists():
+            directory.rename(old)
+        tmp.rename(directory)
+        if old.exists():
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def read(directory: Path, embedder: Embedder) -> Snapshot | None:
+    """The slot table saved in ``directory``, or None when the snapshot is of
+    another format or embedder, or inconsistent. A damaged one raises one of
+    :data:`LOAD_ERRORS`. The FAISS files, if any, are the caller's to load."""
+    doc = orjson.loads((directory / "index.json").read_bytes())
+    if (
+        doc.get("format") != SNAPSHOT_FORMAT
+        or doc.get("dim") != embedder.dim
+        or doc.get("embedder") != embedder_fingerprint(embedder)
+    ):
+        return None
+    # np.load gives each array its own (writable) memory: restored as is,
+    # never copied again (a 1M-agent index is 1.6 GB of arrays)
+    with np.load(directory / "arrays.npz", allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    dim = embedder.dim
+    table = SlotTable(dim, doc["example_dims"], keep_profiles=False)
+    ids: list[str | None] = doc["ids"]
+    n = len(ids)
+    table.ctx = QRows.restore(dim, "ctx", arrays)
+    table.cap = QRows.restore(dim, "cap", arrays)
+    table.has_examples = np.asarray(arrays["has_examples"], dtype=bool)
+    table.n_tags = np.asarray(arrays["n_tags"], dtype=np.int16)
+    table.tags = SlotPostings.restore(
+        0, doc["tag_keys"], {k[4:]: v for k, v in arrays.items() if k.startswith("tag_")}
+    )
+    table.lexical = LexicalIndex.restore(
+        len(FACETS),
+        doc["lex_keys"],
+        {k[4:]: v for k, v in arrays.items() if k.startswith("lex_")},
+    )
+    table.examples = ExampleBlocks.restore(doc["example_dims"], arrays)
+    if not (len(table.ctx) == len(table.cap) == len(table.has_examples) == n):
+        return None
+    table.id_of = ids
+    table.slot_of = {c: s for s, c in enumerate(ids) if c is not None}
+    table.alive = np.array([c is not None for c in ids], dtype=bool)
+    table.free = [s for s, c in enumerate(ids) if c is None]
+    return Snapshot(
+        table,
+        bool(doc.get("approximate")),
+        int(doc.get("ann_built_for") or len(table.slot_of)),
+        doc.get("meta") or {},
+    )
