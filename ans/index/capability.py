@@ -21,8 +21,14 @@ when the intent names a known tag and the agent has tags), clamped to [0, 1]
 and rounded to six decimals. A compound intent ("latest news about Tesla and
 how it moved the stock") is also scored part by part; the final score is the
 mean of the whole-intent score and the best part score, so an agent that does
-one part well is found. Weights are fixed in :data:`WEIGHTS`; the README says
-how they were chosen (leave-one-out over the published example tasks only).
+one part well is found. Weights are fixed in :data:`.scoring.WEIGHTS`; the
+README says how they were chosen (leave-one-out over the published example
+tasks only).
+
+This module owns :class:`CapabilityIndex`, the thread-safe facade over those
+indices (one lock; add/remove/search; the query plan: candidates, component
+similarities, fusion), and the :class:`CapabilityMatcher` protocol the service
+depends on. The work is done by its sibling modules (see :mod:`ans.index`).
 """
 
 from __future__ import annotations

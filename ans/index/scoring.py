@@ -23,11 +23,11 @@ from ..ranking import PRECISION
 from ..relevance import RelevanceGate, maxima, whole_components
 from ..text import candidate_tags
 from .embedder import Vectors
+from .slots import Slots
 
 if TYPE_CHECKING:
     from .capability import CapabilityIndex
 
-Slots = npt.NDArray[np.int64]
 # The query tags a text names that some agent holds, each with its holders' slots.
 TagHits = list[tuple[str, npt.NDArray[np.int32]]]
 # Per query text: the dense tag component (None: no known tag named) and its hits.
