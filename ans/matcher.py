@@ -37,10 +37,9 @@ from .index.scoring import (
     WEIGHTS,
     Pass,
     QueryScores,
-    Slots,
     example_value,
 )
-from .index.slots import EXAMPLE_STRIDE
+from .index.slots import EXAMPLE_STRIDE, Slots
 from .index.snapshot import SNAPSHOT_FORMAT
 
 _Pass = Pass  # the name ans.relevance and older callers use

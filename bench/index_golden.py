@@ -33,7 +33,7 @@ from ans.ann import AnnSettings
 from ans.demo import demo_capabilities, demo_manifest, load_catalog
 from ans.matcher import CapabilityIndex, CapabilityProfile, WordLlamaEmbedder, profile_from
 from ans.relevance import RelevanceGate
-from ans.synth import generate, make_queries
+from tools.synth import generate, make_queries
 
 DOMAIN_SETS: list[tuple[str, ...] | None] = [
     None,

@@ -19,8 +19,8 @@ import numpy.typing as npt
 
 from ..ann import AnnIndex, AnnSettings
 from .embedder import Vectors
-from .scoring import LexicalHits, Slots, TagPasses
-from .slots import EXAMPLE_STRIDE, SlotTable
+from .scoring import LexicalHits, TagPasses
+from .slots import EXAMPLE_STRIDE, Slots, SlotTable
 
 
 class AnnMode:

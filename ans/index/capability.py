@@ -62,12 +62,11 @@ from .scoring import (
     EXAMPLE_FLOOR,
     MAX_EVIDENCE_EXAMPLES,
     QueryScores,
-    Slots,
     combine,
     fuse_texts,
     tag_scores,
 )
-from .slots import SlotTable
+from .slots import Slots, SlotTable
 
 
 class CapabilityMatcher(Protocol):

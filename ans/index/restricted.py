@@ -19,8 +19,8 @@ import numpy.typing as npt
 
 from .embedder import Vectors, normalize_rows
 from .profiles import FACETS, CapabilityProfile, ProfileVectors
-from .scoring import LexicalHits, Slots, TagPasses, fuse, weight_sums
-from .slots import SlotTable
+from .scoring import LexicalHits, TagPasses, fuse, weight_sums
+from .slots import Slots, SlotTable
 
 DOMAIN_CACHE = 4096  # per-agent facet sums kept for capability_domains queries
 # A capability_domains query re-embeds the allowed facets of this many of its
