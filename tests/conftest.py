@@ -1,12 +1,14 @@
-"""Shared fixtures: the real wordllama embedder, governance keys, and a
-factory for complete, signed Agent Manifest Documents."""
+"""Shared fixtures: the real wordllama embedder, governance keys, a factory
+for complete, signed Agent Manifest Documents, and one for in-process
+AnsService instances over a real SQLite store and audit log."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import ipaddress
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -80,6 +82,53 @@ def make_manifest(gov_key: SigningKey) -> Callable[..., dict[str, Any]]:
         return sign_document(base_manifest(label, **overrides), key or gov_key, "signature")
 
     return make
+
+
+@pytest.fixture
+def make_ans(embedder: Any, gov_key: SigningKey) -> Iterator[Callable[..., Any]]:
+    """make_ans(config, keys=[gov_key], clock=FIXED_NOW, fixed_ids=False, load=False)
+    -> an AnsService on ``config.data_dir`` (SQLite store, audit log, signing
+    key there), trusting ``keys``; closed at teardown if the test did not."""
+    from ans.governance.audit import AuditLog
+    from ans.governance.keys import TrustedKeys
+
+    from ans.matcher import CapabilityIndex
+    from ans.service import AnsService
+    from ans.store import SQLiteStore
+
+    made: list[Any] = []
+
+    def make(
+        config: Any,
+        *,
+        keys: Sequence[SigningKey] | None = None,
+        clock: Callable[[], datetime] = lambda: FIXED_NOW,
+        fixed_ids: bool = False,
+        load: bool = False,
+    ) -> Any:
+        data = config.data_dir
+        extra: dict[str, Any] = {"new_id": lambda: "fixed"} if fixed_ids else {}
+        svc = AnsService(
+            config=config,
+            store=SQLiteStore(data / "registry.sqlite3"),
+            matcher=CapabilityIndex(embedder),
+            signing_key=SigningKey.load_or_create(data / "ans-signing-key.pem"),
+            governance_keys=TrustedKeys([k.public for k in (keys or [gov_key])]),
+            audit=AuditLog(data / "audit.jsonl", clock),
+            clock=clock,
+            **extra,
+        )
+        if load:
+            svc.load()
+        made.append(svc)
+        return svc
+
+    yield make
+    for svc in made:
+        with contextlib.suppress(Exception):
+            svc.audit.close()
+        with contextlib.suppress(Exception):
+            svc.store.close()
 
 
 @pytest.fixture

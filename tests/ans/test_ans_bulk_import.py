@@ -18,8 +18,8 @@ from typing import Any
 
 import orjson
 import pytest
-from ans.governance.audit import AuditLog, verify_chain
-from ans.governance.keys import SigningKey, TrustedKeys
+from ans.governance.audit import verify_chain
+from ans.governance.keys import SigningKey
 from ans.governance.lifecycle import make_event
 from ans.governance.policy import passes_gates
 from ans.protocol.messages import (
@@ -74,21 +74,6 @@ def caps(i: int) -> dict[str, Any]:
         c["examples"] = [{"id": "e1", "text": f"Example task number {i}"}]
     return c
 
-
-def make_service(data: Path, gov_key: SigningKey, embedder: Any) -> AnsService:
-    cfg = Config(data_dir=data, restricted_zones=("zone:secret",))
-    svc = AnsService(
-        config=cfg,
-        store=SQLiteStore(data / "registry.sqlite3"),
-        matcher=CapabilityIndex(embedder),
-        signing_key=SigningKey.load_or_create(data / "ans-signing-key.pem"),
-        governance_keys=TrustedKeys([gov_key.public]),
-        audit=AuditLog(data / "audit.jsonl", lambda: NOW),
-        clock=lambda: NOW,
-        new_id=lambda: "fixed",
-    )
-    svc.load()
-    return svc
 
 
 def discover(svc: AnsService, scope: str = "discovery:query", **params: Any) -> dict[str, Any]:
@@ -186,10 +171,10 @@ def test_v2_database_is_migrated_in_place(
     again.close()
 
 
-def test_every_agent_write_bumps_change_seq(
+def test_every_agent_write_bumps_change_seq(make_ans: Any,
     tmp_path: Path, embedder: Any, gov_key: SigningKey, make_manifest: Any
 ) -> None:
-    svc = make_service(tmp_path, gov_key, embedder)
+    svc = make_ans(Config(data_dir=tmp_path, restricted_zones=("zone:secret",)), fixed_ids=True, load=True)
     m1, m2 = make_manifest("one"), make_manifest("two")
     svc.activate(ActivateRequest(GOV, "t", m1, {}))
     assert svc.store.max_seq() == 1
@@ -221,7 +206,7 @@ def test_every_agent_write_bumps_change_seq(
 # -- import == sequential ACTIVATE ---------------------------------------------------
 
 
-def test_import_answers_like_sequential_activates(
+def test_import_answers_like_sequential_activates(make_ans: Any,
     tmp_path: Path,
     embedder: Any,
     gov_key: SigningKey,
@@ -229,7 +214,7 @@ def test_import_answers_like_sequential_activates(
     catalog: list[dict[str, Any]],
 ) -> None:
     # Sequential ACTIVATEs on one service ...
-    seq_svc = make_service(tmp_path / "seq", gov_key, embedder)
+    seq_svc = make_ans(Config(data_dir=tmp_path / "seq", restricted_zones=("zone:secret",)), fixed_ids=True, load=True)
     for line in catalog:
         seq_svc.activate(ActivateRequest(GOV, "t", line["manifest"], line["capabilities"]))
     # ... and `ans import` of the same lines (in small batches, 2 workers) on another.
@@ -242,7 +227,7 @@ def test_import_answers_like_sequential_activates(
     )
     report = import_files(cfg, [src], batch=50, workers=2)
     assert (report.imported, report.unchanged, report.refused) == (len(catalog), 0, [])
-    imp_svc = make_service(data, gov_key, embedder)
+    imp_svc = make_ans(Config(data_dir=data, restricted_zones=("zone:secret",)), fixed_ids=True, load=True)
     assert len(imp_svc) == len(seq_svc) == len(catalog)
     queries: list[dict[str, Any]] = [
         {},
@@ -276,14 +261,14 @@ def test_import_answers_like_sequential_activates(
         s.store.close()
 
 
-def test_refused_lines_are_reported_and_audited(
+def test_refused_lines_are_reported_and_audited(make_ans: Any,
     tmp_path: Path,
     embedder: Any,
     gov_key: SigningKey,
     make_manifest: Callable[..., dict[str, Any]],
 ) -> None:
     data = tmp_path / "data"
-    svc = make_service(data, gov_key, embedder)
+    svc = make_ans(Config(data_dir=data, restricted_zones=("zone:secret",)), fixed_ids=True, load=True)
     retired = make_manifest("retired")
     svc.activate(ActivateRequest(GOV, "t", retired, {}))
     ev = make_event(
@@ -339,7 +324,7 @@ def test_refused_lines_are_reported_and_audited(
     assert summary["lines"] == 12
     assert verify_chain((data / "audit.jsonl").read_bytes().splitlines()) is None
     # the newer duplicate won; the retired id stayed out
-    svc = make_service(data, gov_key, embedder)
+    svc = make_ans(Config(data_dir=data, restricted_zones=("zone:secret",)), fixed_ids=True, load=True)
     stored = svc.store.get(v2["canonical_id"])
     assert stored is not None and stored.manifest["job_description"] == "Second."
     assert retired["canonical_id"] not in svc.index.registry
@@ -390,7 +375,7 @@ def test_import_refuses_a_locked_data_dir_and_cli_exit_codes(
 # -- compact registry: vectorized filter-only DISCOVER ---------------------------------
 
 
-def test_filter_only_discover_matches_a_brute_force_reference(
+def test_filter_only_discover_matches_a_brute_force_reference(make_ans: Any,
     tmp_path: Path, embedder: Any, gov_key: SigningKey, catalog: list[dict[str, Any]]
 ) -> None:
     src = write_jsonl(tmp_path / "agents.jsonl", catalog)
@@ -401,7 +386,7 @@ def test_filter_only_discover_matches_a_brute_force_reference(
         governance_jwks=(jwks_file(tmp_path, gov_key),),
     )
     import_files(cfg, [src], workers=1)
-    svc = make_service(data, gov_key, embedder)
+    svc = make_ans(Config(data_dir=data, restricted_zones=("zone:secret",)), fixed_ids=True, load=True)
     entries = [AgentEntry.from_stored(a) for a in svc.store.iter_active()]
     for params, scope in [
         ({"limit": 10}, "discovery:query"),

@@ -10,8 +10,8 @@ from typing import Any
 
 import orjson
 import pytest
-from ans.governance.audit import AuditLog, verify_chain
-from ans.governance.keys import SigningKey, TrustedKeys
+from ans.governance.audit import verify_chain
+from ans.governance.keys import SigningKey
 from ans.governance.lifecycle import make_event
 from ans.protocol.errors import AgtpError
 from ans.protocol.messages import (
@@ -26,9 +26,7 @@ from ans.protocol.messages import (
 from ans.protocol.scope import parse_authority_scope
 
 from ans.config import Config
-from ans.matcher import CapabilityIndex
 from ans.service import AnsService
-from ans.store import SQLiteStore
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 GOV = Identity(
@@ -53,20 +51,6 @@ class Clock:
         return self.now
 
 
-def build(data: Path, embedder: Any, keys: list[SigningKey], clock: Clock) -> AnsService:
-    cfg = Config(data_dir=data)
-    svc = AnsService(
-        config=cfg,
-        store=SQLiteStore(data / "registry.sqlite3"),
-        matcher=CapabilityIndex(embedder),
-        signing_key=SigningKey.load_or_create(data / "ans-signing-key.pem"),
-        governance_keys=TrustedKeys([k.public for k in keys]),
-        audit=AuditLog(data / "audit.jsonl", clock),
-        clock=clock,
-    )
-    svc.load()
-    return svc
-
 
 def close(svc: AnsService) -> None:
     svc.audit.close()
@@ -74,11 +58,11 @@ def close(svc: AnsService) -> None:
 
 
 @pytest.fixture
-def world(
+def world(make_ans: Any,
     tmp_path: Path, embedder: Any, gov_key: SigningKey, make_manifest: Callable[..., Any]
 ) -> Iterator[dict[str, Any]]:
     clock = Clock()
-    svc = build(tmp_path, embedder, [gov_key], clock)
+    svc = make_ans(Config(data_dir=tmp_path), keys=[gov_key], clock=clock, load=True)
     ids = {}
     for label, job in AGENTS.items():
         m = make_manifest(label, job_description=job, governance_zone="zone:finance")
@@ -183,13 +167,13 @@ def test_revoke_of_an_unknown_id_still_tombstones_it(
     assert refused(svc.activate, ActivateRequest(GOV, "t", m, CAPS)) == (410, "agent_retired")
 
 
-def test_state_survives_restart(
+def test_state_survives_restart(make_ans: Any,
     world: dict[str, Any], gov_key: SigningKey, embedder: Any
 ) -> None:
     send(world, "SUSPEND", "solidity-auditor", gov_key)
     send(world, "REVOKE", "vyper-auditor", gov_key)
     close(world["svc"])
-    svc = world["svc"] = build(world["path"], embedder, [gov_key], world["clock"])
+    svc = world["svc"] = make_ans(Config(data_dir=world["path"]), keys=[gov_key], clock=world["clock"], load=True)
     assert "solidity-auditor" not in labels(svc) and "vyper-auditor" not in labels(svc)
     assert len(svc) == 1
     req = DescribeRequest(CALLER, "t", world["ids"]["solidity-auditor"])
@@ -320,17 +304,17 @@ def test_activate_of_a_suspended_agent_needs_reinstate(
     assert len(svc) == 2
 
 
-def test_removed_governance_key(
+def test_removed_governance_key(make_ans: Any,
     tmp_path: Path, embedder: Any, make_manifest: Callable[..., Any]
 ) -> None:
     old_key, new_key = SigningKey.generate(), SigningKey.generate()
     clock = Clock()
-    svc = build(tmp_path, embedder, [old_key, new_key], clock)
+    svc = make_ans(Config(data_dir=tmp_path), keys=[old_key, new_key], clock=clock, load=True)
     m = make_manifest("solidity-auditor", key=old_key, job_description=AGENTS["solidity-auditor"])
     svc.activate(ActivateRequest(GOV, "t", m, CAPS))
     close(svc)
     # the operator drops old_key from the trusted set and restarts
-    svc = build(tmp_path, embedder, [new_key], clock)
+    svc = make_ans(Config(data_dir=tmp_path), keys=[new_key], clock=clock, load=True)
     try:
         assert len(svc) == 0  # not served any more
         assert audit_events(tmp_path)[-1]["reason"] == "signing_key_removed"

@@ -13,18 +13,17 @@ from typing import Any
 
 import orjson
 import pytest
-from ans.governance.audit import AuditLog, verify_chain
-from ans.governance.keys import SigningKey, TrustedKeys
+from ans.governance.audit import verify_chain
+from ans.governance.keys import SigningKey
 from ans.protocol.errors import ERROR_CODES, AgtpError
 from ans.protocol.messages import ActivateRequest, Identity, Limits, parse_discover, query_digest
 from ans.protocol.scope import parse_authority_scope
 
 from ans.client import verify_discover_result
 from ans.config import Config
-from ans.matcher import CapabilityIndex, profile_from
+from ans.matcher import profile_from
 from ans.routing import ROUTING_REASONS
 from ans.service import AnsService
-from ans.store import SQLiteStore
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 GOV = Identity(
@@ -70,10 +69,10 @@ AGENTS: dict[str, dict[str, Any]] = {
 
 
 @pytest.fixture
-def world(
+def world(make_ans: Any,
     tmp_path: Path, embedder: Any, gov_key: SigningKey, make_manifest: Callable[..., dict[str, Any]]
 ) -> Iterator[dict[str, Any]]:
-    svc = make_service(Config(data_dir=tmp_path, restricted_zones=(VAULT,)), embedder, gov_key)
+    svc = make_ans(Config(data_dir=tmp_path, restricted_zones=(VAULT,)), fixed_ids=True)
     ids: dict[str, str] = {}
     for label, spec in AGENTS.items():
         spec = dict(spec)
@@ -85,18 +84,6 @@ def world(
     svc.audit.close()
     svc.store.close()
 
-
-def make_service(cfg: Config, embedder: Any, gov_key: SigningKey) -> AnsService:
-    return AnsService(
-        config=cfg,
-        store=SQLiteStore(cfg.data_dir / "registry.sqlite3"),
-        matcher=CapabilityIndex(embedder),
-        signing_key=SigningKey.load_or_create(cfg.data_dir / "ans-signing-key.pem"),
-        governance_keys=TrustedKeys([gov_key.public]),
-        audit=AuditLog(cfg.data_dir / "audit.jsonl", lambda: NOW),
-        clock=lambda: NOW,
-        new_id=lambda: "fixed",
-    )
 
 
 def discover(svc: AnsService, scope: str = "discovery:query", **params: Any) -> dict[str, Any]:
@@ -233,11 +220,11 @@ def test_the_alternative_must_match_the_intent(world: dict[str, Any]) -> None:
     assert not any("routing_reason" in r for r in got["results"])
 
 
-def test_no_alternative_below_the_equivalence_floor(
+def test_no_alternative_below_the_equivalence_floor(make_ans: Any,
     tmp_path: Path, embedder: Any, gov_key: SigningKey, make_manifest: Callable[..., Any]
 ) -> None:
     cfg = Config(data_dir=tmp_path, min_equivalent_confidence=0.99)
-    svc = make_service(cfg, embedder, gov_key)
+    svc = make_ans(cfg, fixed_ids=True)
     ids = {}
     for label in ("vyper-auditor", "solidity-auditor"):
         spec = dict(AGENTS[label])

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 import pytest
-from ans.governance.audit import AuditLog, verify_chain
+from ans.governance.audit import verify_chain
 from ans.governance.keys import SigningKey, TrustedKeys
 from ans.protocol.errors import AgtpError
 from ans.protocol.jcs import canonicalize
@@ -22,9 +22,7 @@ from joserfc import jws
 from joserfc.jwk import ECKey
 
 from ans.config import Config
-from ans.matcher import CapabilityIndex
 from ans.service import AnsService
-from ans.store import SQLiteStore
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 GOV = Identity(
@@ -84,11 +82,11 @@ AGENTS: dict[str, dict[str, Any]] = {
 
 
 @pytest.fixture
-def world(
+def world(make_ans: Any,
     tmp_path: Path, embedder: Any, gov_key: SigningKey, make_manifest: Callable[..., dict[str, Any]]
 ) -> Iterator[dict[str, Any]]:
     cfg = Config(data_dir=tmp_path, restricted_zones=("zone:healthcare",))
-    svc = make_service(cfg, embedder, gov_key)
+    svc = make_ans(cfg, fixed_ids=True)
     ids: dict[str, str] = {}
     for label, spec in AGENTS.items():
         spec = dict(spec)
@@ -100,18 +98,6 @@ def world(
     svc.audit.close()
     svc.store.close()
 
-
-def make_service(cfg: Config, embedder: Any, gov_key: SigningKey) -> AnsService:
-    return AnsService(
-        config=cfg,
-        store=SQLiteStore(cfg.data_dir / "registry.sqlite3"),
-        matcher=CapabilityIndex(embedder),
-        signing_key=SigningKey.load_or_create(cfg.data_dir / "ans-signing-key.pem"),
-        governance_keys=TrustedKeys([gov_key.public]),
-        audit=AuditLog(cfg.data_dir / "audit.jsonl", lambda: NOW),
-        clock=lambda: NOW,
-        new_id=lambda: "fixed",
-    )
 
 
 def discover(svc: AnsService, scope: str = "discovery:query", **params: Any) -> dict[str, Any]:
@@ -394,14 +380,14 @@ def test_reactivation_replaces_the_record(
     assert svc.store.count() == len(AGENTS)
 
 
-def test_registry_survives_restart(
+def test_registry_survives_restart(make_ans: Any,
     world: dict[str, Any], embedder: Any, gov_key: SigningKey
 ) -> None:
     svc = world["svc"]
     first = discover(svc, intent=SOLIDITY, trust_tier_min=3)
     svc.audit.close()
     svc.store.close()
-    again = make_service(world["cfg"], embedder, gov_key)
+    again = make_ans(world["cfg"], fixed_ids=True)
     assert again.load() == len(AGENTS)
     assert again.key.kid == svc.key.kid  # the signing key is reused, kid stable
     second = discover(again, intent=SOLIDITY, trust_tier_min=3)
