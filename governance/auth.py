@@ -6,7 +6,9 @@ Two layers, each testable on its own:
 
 * :func:`verify_compact_jws` — the JWS layer: size bound, compact shape,
   protected header (``alg`` pinned to ES256, no ``crit``/``b64``/``zip``
-  extensions), key by ``kid`` from a trusted key set, P1363 signature.
+  extensions) checked here; the compact JWS itself, the key by ``kid`` from a
+  trusted key set (a joserfc key-resolution callable) and the P1363
+  signature are joserfc's (``algorithms=["ES256"]``).
 * :func:`check_claims` / :func:`authenticate_token` — the JWT claims bound to
   the request: ``iss``, ``aud``, ``exp``/``nbf`` with leeway, ``sub`` =
   Agent-ID, ``principal`` = Principal-ID, ``scope`` (the effective scope is
@@ -33,11 +35,13 @@ from ans.protocol.errors import AuthenticationFailed, InvalidAuthorityScope
 from ans.protocol.messages import ZONE_RE, Identity
 from ans.protocol.scope import AuthorityScope, parse_authority_scope
 from cryptography import x509
+from joserfc import jws
+from joserfc.errors import JoseError
 
+from .jose import ALGORITHM, REGISTRY
 from .keys import b64url_decode
-from .signing import KeyLookup
+from .signing import KeyLookup, es256_verify, kid_resolver
 
-ALGORITHM = "ES256"
 # A governance token is a few hundred bytes; 8 KiB leaves room and bounds the work.
 MAX_TOKEN_BYTES = 8 * 1024
 MAX_CLAIMS_NESTING = 8
@@ -91,8 +95,7 @@ def verify_compact_jws(token: str, keys: KeyLookup) -> VerifiedJws:
         raise _fail(
             "token_malformed", "the token is not a signed compact JWS (header.payload.signature)"
         )
-    header_b64, payload_b64, sig_b64 = parts
-    header = _json_object(header_b64, "header")
+    header = _json_object(parts[0], "header")
     alg = header.get("alg")
     if alg != ALGORITHM:
         shown = alg[:20] if isinstance(alg, str) else type(alg).__name__
@@ -108,17 +111,22 @@ def verify_compact_jws(token: str, keys: KeyLookup) -> VerifiedJws:
     kid = header.get("kid")
     if not isinstance(kid, str) or not kid or len(kid) > 256:
         raise _fail("token_malformed", "the token header needs a kid naming the issuer's key")
-    public = keys.get(kid)
-    if public is None:
+    if keys.get(kid) is None:
         raise _fail("token_unknown_key", f"token key {kid[:80]!r} is not a trusted issuer key")
     try:
-        signature = b64url_decode(sig_b64)
-        payload = b64url_decode(payload_b64)
-    except ValueError:
+        obj = jws.extract_compact(token.encode("ascii"), registry=REGISTRY)
+        verified = es256_verify(obj, kid_resolver(keys, _unknown_key)(obj))
+    except (JoseError, ValueError):
         raise _fail("token_malformed", "the token payload or signature is not base64url") from None
-    if not public.verify_raw(signature, f"{header_b64}.{payload_b64}".encode("ascii")):
+    if not verified:
         raise _fail("token_signature_invalid", "the token signature does not verify")
-    return VerifiedJws(header, payload, kid)
+    return VerifiedJws(header, obj.payload, kid)
+
+
+def _unknown_key(kid: str) -> Exception:
+    message = f"token key {kid[:80]!r} is not a trusted issuer key"
+    exc: Exception = _fail("token_unknown_key", message)
+    return exc
 
 
 # -- the claims layer ------------------------------------------------------------------

@@ -2,28 +2,33 @@
 and sets of trusted public keys loaded from JWKS documents.
 
 The ``kid`` of a key we generate is its RFC 7638 JWK thumbprint, so it is
-stable for as long as the key file exists.
+stable for as long as the key file exists. Each key carries its joserfc
+``ECKey`` (``.jose``), built once, through which every signature is made and
+checked (``ans.governance.jose``).
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-import orjson
 from ans.protocol import jsonstrict
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.asymmetric.utils import (
-    decode_dss_signature,
-    encode_dss_signature,
+from joserfc.jwa import JWSAlgModel
+from joserfc.jwk import ECKey
+from joserfc.jwk import thumbprint as jwk_thumbprint
+
+from .jose import (
+    ES256,
+    ES256_DETERMINISTIC,
+    ec_key,
+    protected_header,
 )
 
 _CURVE_BYTES = 32
@@ -63,35 +68,39 @@ def public_jwk(pub: ec.EllipticCurvePublicKey) -> dict[str, str]:
 
 def thumbprint(jwk: Mapping[str, Any]) -> str:
     """RFC 7638 SHA-256 thumbprint of an EC public JWK."""
-    members = {k: jwk[k] for k in ("crv", "kty", "x", "y")}
-    return b64url(hashlib.sha256(orjson.dumps(members, option=orjson.OPT_SORT_KEYS)).digest())
+    return jwk_thumbprint({k: jwk[k] for k in ("crv", "kty", "x", "y")})
 
 
 @dataclass(frozen=True, slots=True)
 class PublicKey:
     kid: str
     key: ec.EllipticCurvePublicKey
+    # The same key for joserfc (kid, alg ES256, use sig), built once.
+    jose: ECKey = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "jose", ec_key(self.key, self.kid))
 
     def jwk(self) -> dict[str, str]:
         return {**public_jwk(self.key), "kid": self.kid, "alg": "ES256", "use": "sig"}
 
     def verify_raw(self, signature: bytes, data: bytes) -> bool:
-        """Verify an IEEE P1363 r||s ES256 signature."""
+        """Verify an IEEE P1363 r||s ES256 signature (joserfc's ES256; scalars
+        outside [1, n-1] are refused before it is asked)."""
         if len(signature) != 2 * _CURVE_BYTES:
             return False
         r = int.from_bytes(signature[:_CURVE_BYTES], "big")
         s = int.from_bytes(signature[_CURVE_BYTES:], "big")
         if not (0 < r < _ORDER and 0 < s < _ORDER):
             return False
-        try:
-            self.key.verify(encode_dss_signature(r, s), data, ec.ECDSA(hashes.SHA256()))
-        except InvalidSignature:
-            return False
-        return True
+        return ES256.verify(data, signature, self.jose)
 
 
 class SigningKey:
     """An ES256 private key with its public half and stable kid."""
+
+    # RFC 6979 nonces (same input, same signature) instead of random ones.
+    deterministic: ClassVar[bool] = False
 
     def __init__(self, private: ec.EllipticCurvePrivateKey, kid: str | None = None) -> None:
         if not isinstance(private.curve, ec.SECP256R1):
@@ -99,19 +108,25 @@ class SigningKey:
         self._private = private
         jwk = public_jwk(private.public_key())
         self.public = PublicKey(kid or thumbprint(jwk), private.public_key())
+        self.jose = ec_key(private, self.public.kid)
+        # The protected header of every signature this key makes, serialized once.
+        self.jws_header = protected_header(self.public.kid)
 
     @property
     def kid(self) -> str:
         return self.public.kid
+
+    @property
+    def jws_algorithm(self) -> JWSAlgModel:
+        return ES256_DETERMINISTIC if self.deterministic else ES256
 
     @classmethod
     def generate(cls, kid: str | None = None) -> SigningKey:
         return cls(ec.generate_private_key(ec.SECP256R1()), kid)
 
     def sign_raw(self, data: bytes) -> bytes:
-        der = self._private.sign(data, ec.ECDSA(hashes.SHA256()))
-        r, s = decode_dss_signature(der)
-        return _int_bytes(r) + _int_bytes(s)
+        """An IEEE P1363 r||s ES256 signature of ``data`` (joserfc's ES256)."""
+        return self.jws_algorithm.sign(data, self.jose)
 
     def private_pem(self) -> bytes:
         return self._private.private_bytes(

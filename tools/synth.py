@@ -46,9 +46,7 @@ from typing import Any
 import orjson
 from ans.governance.keys import KeyError_, SigningKey, b64url, b64url_decode, public_jwk
 from ans.governance.signing import sign_document
-from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
 from tools.synth_vocab import (
     COMPOUND_QUERY_TEMPLATES,
@@ -114,10 +112,7 @@ class DeterministicSigningKey(SigningKey):  # type: ignore[misc]
     """A SigningKey whose ES256 signatures use RFC 6979 nonces: same bytes in,
     same signature out, so a catalog is reproducible byte for byte."""
 
-    def sign_raw(self, data: bytes) -> bytes:
-        der = self._private.sign(data, ec.ECDSA(hashes.SHA256(), deterministic_signing=True))
-        r, s = decode_dss_signature(der)
-        return r.to_bytes(32, "big") + s.to_bytes(32, "big")
+    deterministic = True
 
     def private_jwk(self) -> dict[str, str]:
         d = self._private.private_numbers().private_value
