@@ -226,7 +226,7 @@ class AnsApp:
             )
         req: AgtpRequest = parse(headers, body, self.service.limits)
         with answering(req.task_id, getattr(req, "query_digest", None)):
-            req = self.gate.admit(method, req, creds)
+            req = self.gate.authenticate_and_limit(method, req, creds)
             return await self._dispatch(req)
 
     async def _dispatch(self, req: AgtpRequest) -> tuple[int, dict[str, Any]]:

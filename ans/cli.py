@@ -273,7 +273,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     --strict any refused; 2 on usage errors (bad flags, unreadable files,
     data directory in use)."""
     from . import config as config_mod
-    from .bulk import import_files
+    from .importer import import_files
     from .preflight import check_data_dir
     from .server import configure_logging
 
@@ -358,7 +358,7 @@ def _print_error(resp: Any) -> int:
 
 
 def cmd_discover(args: argparse.Namespace) -> int:
-    from ans.governance.keys import KeyError_
+    from ans.governance.keys import KeyFileError
     from ans.protocol.errors import AgtpError
 
     from .client import verify_discover_answer
@@ -387,7 +387,7 @@ def cmd_discover(args: argparse.Namespace) -> int:
     # one is rejected before anything of it is shown as the server's word.
     try:
         kid = verify_discover_answer(resp, jwks or {}, params, _task_id("DISCOVER"))
-    except (AgtpError, KeyError_) as exc:
+    except (AgtpError, KeyFileError) as exc:
         err = resp.error or {}
         print(
             f"ans: signature: NOT VERIFIED: {exc}; the {resp.status} "
@@ -567,11 +567,11 @@ def _read_json(path: Path) -> Any:
 
 def _read_key(path: Path, kid: str | None) -> Any:
     """A governance private key (PEM); a ValueError naming the file."""
-    from ans.governance.keys import KeyError_, SigningKey
+    from ans.governance.keys import KeyFileError, SigningKey
 
     try:
         return SigningKey.from_pem(path.read_bytes(), kid)
-    except KeyError_ as exc:
+    except KeyFileError as exc:
         raise ValueError(f"{path}: {exc}") from None
 
 

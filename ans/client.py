@@ -22,8 +22,8 @@ from typing import Any, Self
 import httpx
 import orjson
 
-from ans.federation.keys import manifest_jwks
 from ans.federation.native_transport import native_origin
+from ans.federation.peer_keys import manifest_jwks
 from ans.federation.peers import is_native
 from ans.federation.transport import PeerError
 from ans.governance.keys import TrustedKeys
@@ -104,7 +104,7 @@ class _Client:
         ``jwks`` (default: the server's own, :meth:`jwks`); return it with
         the signing kid. Raises :class:`UnsignedResponse` for an unsigned
         answer, :class:`~ans.protocol.errors.SignatureInvalid` (or
-        ``KeyError_`` for an unusable JWKS) when it does not verify."""
+        ``KeyFileError`` for an unusable JWKS) when it does not verify."""
         resp = self.call("DISCOVER", parameters, task_id=task_id, path=path)
         keys = jwks if jwks is not None else self.jwks()
         return resp, verify_discover_answer(resp, keys, parameters, task_id)
@@ -312,7 +312,7 @@ def connect(
 def verify_discover_result(
     result: Mapping[str, Any], jwks: Mapping[str, Any], parameters: Mapping[str, Any] | None = None
 ) -> str:
-    """Return the signing kid, or raise AgtpError/KeyError_ if anything is off."""
+    """Return the signing kid, or raise AgtpError/KeyFileError if anything is off."""
     kid = verify_document(result, TrustedKeys.from_jwks(jwks), RESULT_SIGNATURE_FIELD)
     if parameters is not None and result.get("query_digest") != query_digest(parameters):
         raise AgtpError("query_digest does not match the parameters sent", code="digest_mismatch")

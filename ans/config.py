@@ -23,7 +23,7 @@ from ans.federation.peers import (
 from ans.governance.ratelimit import RateLimitSettings, parse_networks
 
 from .ann import AnnSettings
-from .freshness import FreshnessConfigError, FreshnessSettings, freshness_from_table
+from .freshness_policy import FreshnessConfigError, FreshnessSettings, freshness_from_table
 from .relevance import GATES, RelevanceGate
 
 

@@ -1,12 +1,12 @@
 """One vector per published example task, stored in contiguous per-agent blocks.
 
 An agent's examples occupy rows [start, start + count) of one int8-coded row
-store (:class:`ans.qrows.QRows`), appended together on upsert; a replaced or
+store (:class:`ans.index.int8_rows.QRows`), appended together on upsert; a replaced or
 removed agent's rows are zeroed and left as holes (a zero row scores 0, which
 is never a match) until more than half the rows are holes, when the rows are
 compacted. An agent's example score is its best example -- never an average.
 Exhaustively, P query vectors cost one packed int8 scan over all rows
-(:meth:`ans.qrows.QRows.scan`) and a running maximum per query over the
+(:meth:`ans.index.int8_rows.QRows.scan`) and a running maximum per query over the
 agents' first, second, ... examples; for a candidate set, only the candidates' rows are read.
 Both give bit-identical similarities for the same row.
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from .qrows import QRows
+from .index.int8_rows import QRows
 
 Vectors = npt.NDArray[np.float32]
 Ints = npt.NDArray[np.int64]

@@ -5,7 +5,7 @@
 every AGTP request, whatever its method (DESCRIBE of this ANS included) and
 before its body is parsed, so a flood of bad credentials, of rotated
 Agent-IDs (auth mode ``open``), or of bodies that are malformed or costly to
-parse is bounded by the same bucket. :meth:`RequestGate.admit` then
+parse is bounded by the same bucket. :meth:`RequestGate.authenticate_and_limit` then
 authenticates an identity-bearing request and rate limits it per Agent-ID,
 after parsing and before the service's scope (451) and zone (453) checks.
 
@@ -209,7 +209,7 @@ class RequestGate:
         key: str = address_key(ip)
         return key
 
-    def admit(self, method: str, req: R, creds: Credentials) -> R:
+    def authenticate_and_limit(self, method: str, req: R, creds: Credentials) -> R:
         """Authenticate, then rate limit per Agent-ID; return the request with
         its effective identity. The client address was charged before parsing
         (:meth:`limit_address`)."""

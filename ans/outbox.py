@@ -25,7 +25,7 @@ import structlog
 from ans.federation.transport import PeerError, RequestTransport
 from ans.governance.audit import AuditLog
 
-from .freshness import FreshnessSettings, origin_of, short_error
+from .freshness_policy import FreshnessSettings, origin_of, short_error
 
 log = structlog.get_logger("ans.outbox")
 SCHEMA_VERSION = 1

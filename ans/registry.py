@@ -119,7 +119,7 @@ class _Codes:
 
 
 @dataclass(frozen=True, slots=True)
-class Ranked:
+class ScoredAgent:
     """One gate-passing local agent with its exact scores."""
 
     rank_score: float
@@ -299,7 +299,7 @@ class Registry(Mapping[str, AgentEntry]):
         slots: npt.NDArray[np.int64],
         cms: npt.NDArray[np.float64] | None,
         limit: int | None,
-    ) -> list[Ranked]:
+    ) -> list[ScoredAgent]:
         """The best ``limit`` (all when None) of ``slots`` by exact rank_score,
         ties by canonical_id ascending (ranking.sort_key). ``cms`` is each
         slot's capability_match_score; None means 0 for all (no intent)."""
@@ -325,12 +325,12 @@ class Registry(Mapping[str, AgentEntry]):
         else:
             cand = np.arange(n)
         ids = self._ids
-        out: list[Ranked] = []
+        out: list[ScoredAgent] = []
         if cms is None:
             for i, s in zip(cand.tolist(), approx[cand].tolist(), strict=True):
                 cid = ids[int(slots[i])]
                 assert cid is not None
-                out.append(Ranked(s, 0.0, cid))
+                out.append(ScoredAgent(s, 0.0, cid))
         else:
             w = self._weights
             tiers = self._tier[slots[cand]].tolist()
@@ -339,9 +339,9 @@ class Registry(Mapping[str, AgentEntry]):
                 cid = ids[int(slots[i])]
                 assert cid is not None
                 c = round(float(cms[i]), PRECISION)
-                out.append(Ranked(rank_score(w, t, b, c), c, cid))
+                out.append(ScoredAgent(rank_score(w, t, b, c), c, cid))
 
-        def key(r: Ranked) -> tuple[float, str]:
+        def key(r: ScoredAgent) -> tuple[float, str]:
             return sort_key(r.rank_score, r.canonical_id)
 
         if limit is not None and len(out) > 4 * limit:

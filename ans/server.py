@@ -35,7 +35,7 @@ from ans.federation.h2transport import H2PeerTransport
 from ans.federation.native_transport import NativePeerTransport
 from ans.federation.transport import HttpxTransport, SchemeRouter
 from ans.governance.audit import AuditLog
-from ans.governance.keys import KeyError_, SigningKey, TrustedKeys
+from ans.governance.keys import KeyFileError, SigningKey, TrustedKeys
 from ans.governance.policy import ZonePolicy
 
 from . import drain, http2_defences, resolver
@@ -43,6 +43,7 @@ from .ann import AnnSettings
 from .app import AnsApp
 from .audited import recover as recover_audit
 from .config import Config, ConfigError
+from .freshness_runner import FreshnessRunner
 from .gate import RequestGate
 from .matcher import (
     CapabilityIndex,
@@ -57,7 +58,6 @@ from .native_server import MAX_CONNECTIONS as NATIVE_MAX_CONNECTIONS
 from .native_server import SCHEME_CLEARTEXT, SCHEME_TLS, NativeListener, native_ssl_context
 from .outbox import Outbox
 from .preflight import open_registry
-from .refresher import FreshnessRunner
 from .service import AnsService, Clock, utc_now
 from .store import DataDirLock, RegistryStore, SQLiteStore
 
@@ -295,7 +295,7 @@ def load_signing_key(path: Path) -> SigningKey:
     existed = path.exists()
     try:
         key = SigningKey.load_or_create(path)
-    except (KeyError_, OSError) as exc:
+    except (KeyFileError, OSError) as exc:
         raise ConfigError(f"signing key {path}: {exc}") from None
     if not existed:
         log.warning("NEW ANS signing key generated", path=str(path), kid=key.kid)

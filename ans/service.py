@@ -12,7 +12,7 @@ The collaborators, one job each: :class:`~ans.core.loader.IndexLoader`
 (start-up, snapshots), :class:`~ans.core.discovery.Discovery` (DISCOVER),
 :class:`~ans.core.registrar.Registrar` (ACTIVATE, bulk import),
 :class:`~ans.core.lifecycle.LifecycleEvents` (SUSPEND / REINSTATE / REVOKE /
-DEPRECATE), :class:`~ans.core.freshness.FreshnessWrites` (index freshness),
+DEPRECATE), :class:`~ans.core.freshness_writes.FreshnessWrites` (index freshness),
 :class:`~ans.core.describe.Describer` (DESCRIBE, own manifest, JWKS).
 """
 
@@ -40,7 +40,7 @@ from .config import Config
 from .core.context import Clock, CoreContext, new_query_id, utc_now
 from .core.describe import Describer
 from .core.discovery import Discovery
-from .core.freshness import FreshnessWrites
+from .core.freshness_writes import FreshnessWrites
 from .core.lifecycle import LifecycleEvents
 from .core.live_index import LiveIndex
 from .core.loader import IndexLoader
@@ -179,7 +179,7 @@ class AnsService:
     def jwks(self) -> dict[str, Any]:
         return self.describer.jwks()
 
-    # -- availability and freshness (driven by ans.refresher) ---------------------------
+    # -- availability and freshness (driven by ans.freshness_runner) ---------------------------
     def mark_availability(self, canonical_id: str, reason: str | None) -> None:
         self.index.mark_availability(canonical_id, reason)
 

@@ -19,12 +19,12 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import orjson
 import structlog
 from ans.governance.audit import AuditLog
+from ans.governance.clock import Clock
 from ans.governance.policy import ZonePolicy, max_tier, requester_fields
 from ans.protocol.messages import (
     AGTP_VERSION,
@@ -35,7 +35,7 @@ from ans.protocol.messages import (
 )
 
 from .health import DOWN_CODES, PeerHealth, Skip
-from .keys import PeerKeyCache, PeerKeyUnavailable
+from .peer_keys import PeerKeyCache, PeerKeyUnavailable
 from .peers import FederationSettings, Peer
 from .transport import PeerError, PeerTransport
 from .verify import (
@@ -48,7 +48,6 @@ from .verify import (
 )
 
 log = structlog.get_logger("ans.federation")
-Clock = Callable[[], datetime]
 Monotonic = Callable[[], float]
 # Drops that reflect our own policy, not peer misbehaviour: audited, never
 # surfaced as warnings (a warning about a restricted agent would leak it).
@@ -497,7 +496,7 @@ Score = Callable[[int, float, float], float]
 
 
 @dataclass(frozen=True, slots=True)
-class Ranked:
+class MergedResult:
     """A merged result before numbering: local (route ()) or federated."""
 
     rank_score: float
@@ -507,15 +506,15 @@ class Ranked:
 
 
 def merge(
-    local: list[Ranked],
+    local: list[MergedResult],
     known_local: Callable[[str], bool],
     candidates: Iterable[Candidate],
     score: Score,
-) -> list[Ranked]:
+) -> list[MergedResult]:
     """Local results plus federated candidates: one entry per canonical_id
     (a locally indexed agent always wins), re-scored with our formula,
     sorted by (rank_score desc, canonical_id). The caller cuts to ``limit``."""
-    best: dict[str, tuple[tuple[float, int, int], Ranked]] = {}
+    best: dict[str, tuple[tuple[float, int, int], MergedResult]] = {}
     for c in candidates:
         if known_local(c.canonical_id):
             continue
@@ -523,13 +522,13 @@ def merge(
         key = (-s, c.trust_tier, c.peer_index)
         held = best.get(c.canonical_id)
         if held is None or key < held[0]:
-            best[c.canonical_id] = (key, Ranked(s, c.canonical_id, c.item, c.route))
+            best[c.canonical_id] = (key, MergedResult(s, c.canonical_id, c.item, c.route))
     merged = [*local, *(r for _, r in best.values())]
     merged.sort(key=lambda r: (-r.rank_score, r.canonical_id))
     return merged
 
 
-def result_path(self_id: str, returned: Iterable[Ranked]) -> list[str]:
+def result_path(self_id: str, returned: Iterable[MergedResult]) -> list[str]:
     """This ANS first, then every ANS a returned entry travelled through."""
     path = [self_id]
     for r in returned:

@@ -40,7 +40,7 @@ from .transport import PeerError, PeerReply
 
 MAX_ENTRY_FIELDS = 64
 # Fields the merging ANS sets itself; a peer's values for them are not kept.
-# The routing fields (ans.routing.ROUTING_ITEM_FIELDS) mark the routing
+# The routing fields (ans.core.alternatives.ROUTING_ITEM_FIELDS) mark the routing
 # position, which only the ANS answering the caller decides.
 # The four provenance fields of the efficient-discovery profile (section 10).
 PROFILE_PROVENANCE = ("origin_service", "origin_authority", "origin_signature", "received_at")

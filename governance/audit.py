@@ -29,12 +29,13 @@ from typing import Any
 import orjson
 import structlog
 
+from .clock import Clock
+
 GENESIS = "0" * 64
 CHAIN_FIELDS = ("seq", "prev_hash", "hash")
 # Records kept in memory while the file cannot be written; past this the
 # oldest non-durable one is dropped (and the count recorded once writes work).
 MAX_BACKLOG = 10_000
-Clock = Callable[[], datetime]
 # os.write: (fd, bytes) -> bytes written; injectable to test failing disks.
 Writer = Callable[[int, bytes], int]
 log = structlog.get_logger("ans.audit")

@@ -35,7 +35,7 @@ _CURVE_BYTES = 32
 _ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
 
 
-class KeyError_(ValueError):
+class KeyFileError(ValueError):
     """A key or JWKS document is unusable (configuration error, not a request error)."""
 
 
@@ -104,7 +104,7 @@ class SigningKey:
 
     def __init__(self, private: ec.EllipticCurvePrivateKey, kid: str | None = None) -> None:
         if not isinstance(private.curve, ec.SECP256R1):
-            raise KeyError_("ES256 needs a P-256 key")
+            raise KeyFileError("ES256 needs a P-256 key")
         self._private = private
         jwk = public_jwk(private.public_key())
         self.public = PublicKey(kid or thumbprint(jwk), private.public_key())
@@ -140,9 +140,9 @@ class SigningKey:
         try:
             key = serialization.load_pem_private_key(data, password=None)
         except (ValueError, TypeError) as exc:
-            raise KeyError_(f"not a PEM private key: {exc}") from None
+            raise KeyFileError(f"not a PEM private key: {exc}") from None
         if not isinstance(key, ec.EllipticCurvePrivateKey):
-            raise KeyError_("the key is not an EC key; ES256 needs P-256")
+            raise KeyFileError("the key is not an EC key; ES256 needs P-256")
         return cls(key, kid)
 
     def save(self, path: Path) -> None:
@@ -172,16 +172,16 @@ class SigningKey:
 def public_key_from_jwk(jwk: Mapping[str, Any]) -> PublicKey:
     """A P-256 ES256 verification key from a JWK (rejects anything else)."""
     if jwk.get("kty") != "EC" or jwk.get("crv") != "P-256":
-        raise KeyError_("only EC P-256 keys are accepted (ES256)")
+        raise KeyFileError("only EC P-256 keys are accepted (ES256)")
     if jwk.get("alg") not in (None, "ES256"):
-        raise KeyError_(f"key alg {jwk.get('alg')!r} is not ES256")
+        raise KeyFileError(f"key alg {jwk.get('alg')!r} is not ES256")
     if jwk.get("use") not in (None, "sig"):
-        raise KeyError_("key use must be 'sig'")
+        raise KeyFileError("key use must be 'sig'")
     key_ops = jwk.get("key_ops")
     if key_ops is not None and (not isinstance(key_ops, list) or "verify" not in key_ops):
-        raise KeyError_("key_ops must allow 'verify' (RFC 7517 4.3)")
+        raise KeyFileError("key_ops must allow 'verify' (RFC 7517 4.3)")
     if "d" in jwk:
-        raise KeyError_("a trusted-key JWKS must not contain private keys")
+        raise KeyFileError("a trusted-key JWKS must not contain private keys")
     try:
         x = b64url_decode(jwk["x"])
         y = b64url_decode(jwk["y"])
@@ -191,10 +191,10 @@ def public_key_from_jwk(jwk: Mapping[str, Any]) -> PublicKey:
             int.from_bytes(x, "big"), int.from_bytes(y, "big"), ec.SECP256R1()
         ).public_key()
     except (KeyError, ValueError, TypeError) as exc:
-        raise KeyError_(f"invalid EC public key: {exc}") from None
+        raise KeyFileError(f"invalid EC public key: {exc}") from None
     kid = jwk.get("kid")
     if kid is not None and (not isinstance(kid, str) or not kid or len(kid) > 256):
-        raise KeyError_("kid must be a non-empty string")
+        raise KeyFileError("kid must be a non-empty string")
     return PublicKey(kid or thumbprint(jwk), pub)
 
 
@@ -209,7 +209,7 @@ class TrustedKeys:
     def add(self, key: PublicKey) -> None:
         existing = self._by_kid.get(key.kid)
         if existing is not None and public_jwk(existing.key) != public_jwk(key.key):
-            raise KeyError_(f"two different keys share kid {key.kid!r}")
+            raise KeyFileError(f"two different keys share kid {key.kid!r}")
         self._by_kid[key.kid] = key
 
     def get(self, kid: str) -> PublicKey | None:
@@ -227,7 +227,7 @@ class TrustedKeys:
     @classmethod
     def from_jwks(cls, doc: Any) -> TrustedKeys:
         if not isinstance(doc, dict) or not isinstance(doc.get("keys"), list):
-            raise KeyError_("a JWKS is a JSON object with a 'keys' list")
+            raise KeyFileError("a JWKS is a JSON object with a 'keys' list")
         return cls(public_key_from_jwk(k) for k in doc["keys"] if isinstance(k, dict))
 
     @classmethod
@@ -235,7 +235,7 @@ class TrustedKeys:
         try:
             doc = jsonstrict.loads(path.read_bytes(), max_bytes=1024 * 1024)
         except OSError as exc:
-            raise KeyError_(f"cannot read JWKS {path}: {exc}") from None
+            raise KeyFileError(f"cannot read JWKS {path}: {exc}") from None
         except Exception as exc:  # malformed JSON is a configuration error here
-            raise KeyError_(f"JWKS {path} is not valid JSON: {exc}") from None
+            raise KeyFileError(f"JWKS {path} is not valid JSON: {exc}") from None
         return cls.from_jwks(doc)

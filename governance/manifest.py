@@ -182,7 +182,7 @@ CAPABILITY_FIELDS: dict[str, tuple[Any, str]] = {
         lambda v: isinstance(v, str) and len(v) <= 1024 and all(parse_token(t) for t in v.split()),
         "a space-separated scope string",
     ),
-    # Index freshness (ans.freshness): where the agent answers DESCRIBE and
+    # Index freshness (ans.freshness_policy): where the agent answers DESCRIBE and
     # /status when that is not its manifest_uri, and its session capacity.
     "endpoint": (
         lambda v: isinstance(v, str) and len(v) <= 2048 and _ENDPOINT_RE.fullmatch(v),

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from ans.governance.keys import KeyError_, SigningKey, b64url, b64url_decode, public_jwk
+from ans.governance.keys import KeyFileError, SigningKey, b64url, b64url_decode, public_jwk
 from ans.governance.signing import sign_document
 from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -128,17 +128,17 @@ class DeterministicSigningKey(SigningKey):  # type: ignore[misc]
 def key_from_private_jwk(jwk: Mapping[str, Any]) -> DeterministicSigningKey:
     """The signing key of a private EC P-256 JWK (as written by :func:`load_or_create_key`)."""
     if jwk.get("kty") != "EC" or jwk.get("crv") != "P-256" or not isinstance(jwk.get("d"), str):
-        raise KeyError_("governance.key.json must be a private EC P-256 JWK")
+        raise KeyFileError("governance.key.json must be a private EC P-256 JWK")
     try:
         d = int.from_bytes(b64url_decode(jwk["d"]), "big")
         private = ec.derive_private_key(d, ec.SECP256R1())
     except (ValueError, TypeError) as exc:
-        raise KeyError_(f"invalid private JWK: {exc}") from None
+        raise KeyFileError(f"invalid private JWK: {exc}") from None
     key = DeterministicSigningKey(private)
     if {k: jwk.get(k) for k in ("x", "y")} != {
         k: v for k, v in public_jwk(private.public_key()).items() if k in ("x", "y")
     }:
-        raise KeyError_("private JWK: x/y do not belong to d")
+        raise KeyFileError("private JWK: x/y do not belong to d")
     return key
 
 
@@ -161,7 +161,7 @@ def load_or_create_key(directory: Path) -> DeterministicSigningKey:
         try:
             key = key_from_private_jwk(orjson.loads(key_path.read_bytes()))
         except orjson.JSONDecodeError as exc:
-            raise KeyError_(f"{key_path} is not JSON: {exc}") from None
+            raise KeyFileError(f"{key_path} is not JSON: {exc}") from None
     else:
         key = DeterministicSigningKey.generate()
         _write_private(key_path, orjson.dumps(key.private_jwk(), option=orjson.OPT_INDENT_2))
@@ -827,7 +827,7 @@ def main(argv: list[str] | None = None) -> int:
             chunk=args.chunk,
             progress=None if args.quiet else progress,
         )
-    except (KeyError_, OSError) as exc:
+    except (KeyFileError, OSError) as exc:
         print(f"ans synth: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -6,7 +6,7 @@
 * :mod:`.discovery` — DISCOVER: admit, match locally, route, federate, finish, sign.
 * :mod:`.registrar` — ACTIVATE (one and bulk) behind one admissibility check.
 * :mod:`.lifecycle` — governance-signed SUSPEND / REINSTATE / REVOKE / DEPRECATE.
-* :mod:`.freshness` — the index-freshness writes driven by :mod:`ans.refresher`.
+* :mod:`.freshness` — the index-freshness writes driven by :mod:`ans.freshness_runner`.
 * :mod:`.describe` — DESCRIBE, this ANS's own manifest and JWKS.
 
 :class:`ans.service.AnsService` wires them together for the existing callers.

@@ -13,10 +13,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from ans.federation.federator import Federator
 from ans.governance.audit import AuditLog
+from ans.governance.clock import Clock, utc_now
 from ans.governance.keys import SigningKey
 from ans.governance.policy import ZonePolicy
 from ans.governance.signing import KeyLookup
@@ -29,11 +29,6 @@ from ..store import RegistryStore
 
 __all__ = ["Clock", "CoreContext", "new_query_id", "utc_now"]
 
-Clock = Callable[[], datetime]
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 def new_query_id() -> str:

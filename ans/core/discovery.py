@@ -8,7 +8,7 @@ result object. The hard gates are the registry's vectorized mask
 (:meth:`ans.registry.Registry.gate_mask`, the same rules as
 :func:`ans.governance.policy.first_failed_gate`); what counts as a match is
 the relevance gate (:mod:`ans.relevance`); the ``preferred_agent`` routing
-position follows the rules of :mod:`ans.routing`.
+position follows the rules of :mod:`ans.core.alternatives`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ans.federation.federator import Dispatched, Gathered, merge, result_path
-from ans.federation.federator import Ranked as FedRanked
+from ans.federation.federator import Dispatched, Gathered, MergedResult, merge, result_path
 from ans.governance.audit import rfc3339
 from ans.governance.policy import (
     DISCOVERY_QUERY,
@@ -36,7 +35,7 @@ from ans.protocol.messages import DiscoverRequest
 from ..matcher import profile_from
 from ..ranking import rank_score
 from ..registry import AgentEntry
-from ..routing import NOT_INDEXED, PreferredState, Routing, choose_alternative, routing_reason
+from .alternatives import NOT_INDEXED, PreferredState, Routing, choose_alternative, routing_reason
 from .context import CoreContext
 from .live_index import LiveIndex
 
@@ -59,7 +58,7 @@ class LocalAnswer:
     pinned: bool = False
 
 
-def _cms_of(r: FedRanked) -> float:
+def _cms_of(r: MergedResult) -> float:
     value = r.item.get("capability_match_score", 0.0)
     return float(value) if isinstance(value, (int, float)) else 0.0
 
@@ -72,13 +71,13 @@ class Discovery:
     # -- the surfaces' entry points ----------------------------------------------------
     def discover(self, req: DiscoverRequest) -> dict[str, Any]:
         """A local-only answer (no federation), signed."""
-        self.admit(req)
+        self.check_scope_and_zone(req)
         return self.finish(req, self.local(req), None)
 
     async def discover_async(self, req: DiscoverRequest) -> dict[str, Any]:
         """Local answer first; when fewer than ``limit`` pass and federation is
         configured, ask trusted peers, then merge, re-rank and re-sign."""
-        self.admit(req)  # 451 / 453 before anything leaves this server
+        self.check_scope_and_zone(req)  # 451 / 453 before anything leaves this server
         fed = self.ctx.federator
         if fed is None:
             return self.finish(req, self.local(req), None)
@@ -107,7 +106,7 @@ class Discovery:
         return self.finish(req, local, await fed.gather(req, plan))
 
     # -- the steps ------------------------------------------------------------------
-    def admit(self, req: DiscoverRequest) -> None:
+    def check_scope_and_zone(self, req: DiscoverRequest) -> None:
         """The SEP checks of DISCOVER: ``discovery:query`` (451) and a requested
         restricted zone (453), each refusal audited."""
         ctx = self.ctx
@@ -202,7 +201,7 @@ class Discovery:
         best = local.ranked[: p.limit]
         fields = index.result_fields([entry.canonical_id for _, _, entry in best])
         top = [
-            FedRanked(
+            MergedResult(
                 score,
                 entry.canonical_id,
                 self._local_item(req, score, cms, entry, fields[entry.canonical_id], local.matched),
@@ -215,7 +214,7 @@ class Discovery:
         pinned = top[:1] if local.pinned and first_kept else []
         if pinned and local.routing is not None:
             first = pinned[0]
-            pinned[0] = top[0] = FedRanked(
+            pinned[0] = top[0] = MergedResult(
                 first.rank_score,
                 first.canonical_id,
                 {**first.item, **local.routing.item_fields()},
@@ -262,7 +261,7 @@ class Discovery:
         result[RESULT_SIGNATURE_FIELD] = signature_object(canonicalize(result), ctx.key)
         return result
 
-    # -- routing alternatives (discovery draft 6.1; rules in ans.routing) ----------------
+    # -- routing alternatives (discovery draft 6.1; rules in ans.core.alternatives) ----------------
     def route(self, req: DiscoverRequest, ranked: list[LocalRanked], matched: Any) -> LocalAnswer:
         """Put the preferred agent, or its most equivalent alternative, at ranked[0].
 

@@ -16,7 +16,7 @@ Modules, top-down (a DISCOVER enters at :mod:`.capability`):
 * :mod:`.embedder` - text -> vectors (WordLlama by default).
 
 The storage components it builds on stay at the top of ``ans``:
-:mod:`ans.qrows` (int8 vector rows), :mod:`ans.examples_index`,
+:mod:`ans.index.int8_rows` (int8 vector rows), :mod:`ans.examples_index`,
 :mod:`ans.lexical` (BM25), :mod:`ans.postings`, :mod:`ans.ann` (FAISS).
 ``ans.matcher`` re-exports the public names for existing callers.
 """

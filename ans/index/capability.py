@@ -41,13 +41,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..ann import AnnSettings
-from ..qrows import query_codes, similarities
 from ..ranking import PRECISION
 from ..text import segments
 from . import snapshot
 from .approximate import AnnMode
 from .embedder import Embedder, QueryVectors, Vectors
 from .equivalence import equivalence
+from .int8_rows import query_codes, similarities
 from .profiles import (
     ALL_DOMAINS,
     DOMAIN_FACETS,

@@ -19,8 +19,8 @@ import numpy.typing as npt
 from ..examples_index import ExampleBlocks
 from ..lexical import LexicalIndex
 from ..postings import SlotPostings
-from ..qrows import QRows
 from .embedder import normalize_rows
+from .int8_rows import QRows
 from .profiles import FACET_INDEX, FACETS, CapabilityProfile, ProfileVectors
 
 Slots = npt.NDArray[np.int64]

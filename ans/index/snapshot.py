@@ -24,9 +24,9 @@ import orjson
 from ..examples_index import ExampleBlocks
 from ..lexical import LexicalIndex
 from ..postings import SlotPostings
-from ..qrows import QRows
 from .approximate import AnnMode
 from .embedder import Embedder, embedder_fingerprint
+from .int8_rows import QRows
 from .profiles import FACETS
 from .slots import SlotTable
 

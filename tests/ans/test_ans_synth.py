@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 import pytest
-from ans.governance.keys import KeyError_, TrustedKeys
+from ans.governance.keys import KeyFileError, TrustedKeys
 from ans.governance.manifest import validate_capabilities, verify_manifest
 from ans.protocol.errors import SignatureInvalid
 from ans.protocol.messages import Limits, parse_discover
@@ -97,7 +97,7 @@ def test_key_files_are_reused_and_private(tmp_path: Path) -> None:
     jwks = TrustedKeys.load_jwks_file(tmp_path / JWKS_FILE)
     assert jwks.kids() == [k1.kid]
     (tmp_path / KEY_FILE).write_text('{"kty": "EC", "crv": "P-256"}')
-    with pytest.raises(KeyError_):
+    with pytest.raises(KeyFileError):
         load_or_create_key(tmp_path)
 
 

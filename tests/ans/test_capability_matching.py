@@ -23,9 +23,9 @@ from ans.protocol.scope import parse_authority_scope
 
 from ans.config import Config
 from ans.examples_index import ExampleBlocks
+from ans.index.int8_rows import quantize
 from ans.lexical import K1, B, LexicalIndex
 from ans.matcher import CapabilityIndex, profile_from
-from ans.qrows import quantize
 from ans.server import build_service
 from ans.text import candidate_tags, normalize_tag, segments, split_label, words
 

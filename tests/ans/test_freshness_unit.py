@@ -24,16 +24,16 @@ from ans.protocol.messages import ActivateRequest, Identity, Limits, parse_disco
 from ans.protocol.scope import parse_authority_scope
 
 from ans.config import Config, ConfigError, load
-from ans.freshness import (
+from ans.freshness_policy import (
     EndpointError,
     FreshnessSchedule,
     FreshnessSettings,
     agent_endpoint,
     availability_from_status,
 )
+from ans.freshness_runner import FreshnessRunner
 from ans.matcher import CapabilityIndex
 from ans.outbox import DEAD, DELIVERED, PENDING, Outbox, WebhookDelivery, backoff
-from ans.refresher import FreshnessRunner
 from ans.service import AnsService
 from ans.store import SQLiteStore
 

@@ -29,7 +29,7 @@ from ans.governance.auth import (
     verify_compact_jws,
 )
 from ans.governance.keys import (
-    KeyError_,
+    KeyFileError,
     PublicKey,
     SigningKey,
     TrustedKeys,
@@ -98,7 +98,7 @@ def test_wycheproof_p256_jws(group: dict[str, Any] | None, test: dict[str, Any] 
     token = test["jws"]
     try:
         keys: TrustedKeys | None = TrustedKeys([public_key_from_jwk(group["public"])])
-    except KeyError_:
+    except KeyFileError:
         keys = None  # not usable as a token-issuer key (use: enc / key_ops: encrypt)
     if test["result"] == "valid":
         assert keys is not None

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 from ans.governance.keys import (
-    KeyError_,
+    KeyFileError,
     SigningKey,
     TrustedKeys,
     b64url,
@@ -370,7 +370,7 @@ def test_thumbprint_matches_joserfc_for_vector_key() -> None:
     ids=["rsa", "p384", "alg", "use-enc", "private", "short-x", "bad-b64", "empty-kid"],
 )
 def test_public_key_from_jwk_rejects(key: SigningKey, change: dict[str, str]) -> None:
-    with pytest.raises(KeyError_):
+    with pytest.raises(KeyFileError):
         public_key_from_jwk({**public_jwk(key.public.key), **change})
 
 
@@ -378,13 +378,13 @@ def test_public_key_from_jwk_rejects_point_off_curve(key: SigningKey) -> None:
     jwk = public_jwk(key.public.key)
     y = bytearray(b64url_decode(jwk["y"]))
     y[-1] ^= 0x01
-    with pytest.raises(KeyError_):
+    with pytest.raises(KeyFileError):
         public_key_from_jwk({**jwk, "y": b64url(bytes(y))})
 
 
 def test_trusted_keys_refuse_kid_collision(key: SigningKey) -> None:
     other = SigningKey.generate(kid=key.kid)
-    with pytest.raises(KeyError_):
+    with pytest.raises(KeyFileError):
         TrustedKeys([key.public, other.public])
     assert len(TrustedKeys([key.public, key.public])) == 1
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 from ans.governance.keys import (
-    KeyError_,
+    KeyFileError,
     PublicKey,
     TrustedKeys,
     b64url,
@@ -146,7 +146,7 @@ def _jws_outcome(token: str, jwk: dict[str, Any]) -> str:
     """'verified' or 'rejected' for an attached compact JWS under ``jwk``."""
     try:
         keys = TrustedKeys([public_key_from_jwk(jwk)])
-    except KeyError_:
+    except KeyFileError:
         return "rejected"  # our key loader refuses the key itself
     parts = token.split(".")
     if len(parts) == 3:

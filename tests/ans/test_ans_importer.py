@@ -31,9 +31,9 @@ from ans.protocol.messages import (
 )
 from ans.protocol.scope import parse_authority_scope
 
-from ans.bulk import import_files
 from ans.cli import main as cli_main
 from ans.config import Config
+from ans.importer import import_files
 from ans.matcher import CapabilityIndex
 from ans.ranking import rank_score, sort_key
 from ans.registry import AgentEntry

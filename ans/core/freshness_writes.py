@@ -1,11 +1,11 @@
-"""Index freshness writes (discovery draft 4.4), driven by :mod:`ans.refresher`.
+"""Index freshness writes (discovery draft 4.4), driven by :mod:`ans.freshness_runner`.
 
 :class:`FreshnessWrites` applies what the refresher learned: a changed
 capability document (re-embedded; the signed manifest is untouched) or an
 agent that stopped answering DESCRIBE (persisted as lifecycle "Removed" and
 taken out of the index). The decisions themselves (schedules, strikes,
-what an answer means) live in :mod:`ans.freshness`; the network side in
-:mod:`ans.refresher`.
+what an answer means) live in :mod:`ans.freshness_policy`; the network side in
+:mod:`ans.freshness_runner`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ans.governance.audit import rfc3339
 from ans.protocol.jcs import canonicalize
 
 from ..audited import publish, require_writable
-from ..freshness import merge_pinned
+from ..freshness_policy import merge_pinned
 from ..matcher import profile_from
 from ..registry import AgentEntry
 from ..store import StoredAgent

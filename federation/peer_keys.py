@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from ans.governance.keys import KeyError_, TrustedKeys
+from ans.governance.keys import KeyFileError, TrustedKeys
 from ans.governance.signing import verify_document
 from ans.protocol import jsonstrict
 from ans.protocol.errors import AgtpError
@@ -84,7 +84,7 @@ class PeerKeyCache:
             assert peer.jwks_file is not None
             try:
                 return TrustedKeys.load_jwks_file(peer.jwks_file)
-            except KeyError_ as exc:
+            except KeyFileError as exc:
                 raise PeerError(str(exc)) from None
         if peer.key_source == "describe":
             return await self._from_manifest(peer, timeout)
@@ -115,7 +115,7 @@ def manifest_jwks(manifest: Mapping[str, Any]) -> dict[str, Any]:
         raise PeerError("the manifest carries no jwks or public_key")
     try:
         public = TrustedKeys.from_jwks(jwks)
-    except KeyError_ as exc:
+    except KeyFileError as exc:
         raise PeerError(f"manifest key: {exc}") from None
     try:
         verify_document(manifest, public, "signature")
@@ -137,7 +137,7 @@ def _json(body: bytes) -> dict[str, Any]:
 def _keys_from(doc: Any, what: str) -> TrustedKeys:
     try:
         keys = TrustedKeys.from_jwks(doc)
-    except KeyError_ as exc:
+    except KeyFileError as exc:
         raise PeerError(f"{what}: {exc}") from None
     if len(keys) == 0:
         raise PeerError(f"{what} holds no usable ES256 key")

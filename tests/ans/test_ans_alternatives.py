@@ -21,8 +21,8 @@ from ans.protocol.scope import parse_authority_scope
 
 from ans.client import verify_discover_result
 from ans.config import Config
+from ans.core.alternatives import ROUTING_REASONS
 from ans.matcher import profile_from
-from ans.routing import ROUTING_REASONS
 from ans.service import AnsService
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)

@@ -6,7 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ans.qrows import REPACK_MIN, SCAN_BLOCK_BYTES, QRows, int_dots, quantize, similarities
+from ans.index.int8_rows import (
+    REPACK_MIN,
+    SCAN_BLOCK_BYTES,
+    QRows,
+    int_dots,
+    quantize,
+    similarities,
+)
 
 
 def unit_rows(n: int, dim: int, seed: int) -> np.ndarray:

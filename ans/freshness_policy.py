@@ -11,7 +11,7 @@ base -02 6.5.4 (status sub-resource). This module owns
   and the three-strikes counter, driven by an explicit ``now``.
 
 The network side (httpx, the asyncio task, the webhook outbox) lives in
-:mod:`ans.refresher` and :mod:`ans.outbox`.
+:mod:`ans.freshness_runner` and :mod:`ans.outbox`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The index-freshness scheduler: the asyncio side of :mod:`ans.freshness`.
+"""The index-freshness scheduler: the asyncio side of :mod:`ans.freshness_policy`.
 
 :class:`FreshnessRunner` DESCRIBEs every indexed agent once per interval
 (spread over it), polls each agent's ``/status`` sub-resource, updates
@@ -28,7 +28,7 @@ from ans.governance.audit import rfc3339
 from ans.governance.signing import sign_document
 from ans.protocol.messages import AGTP_VERSION, CONTENT_TYPE
 
-from .freshness import (
+from .freshness_policy import (
     DESCRIBE_FAILED,
     DESCRIBE_GONE,
     NOT_RESPONDING,
@@ -48,7 +48,7 @@ from .outbox import Outbox, WebhookDelivery
 from .service import AnsService
 from .store import StoredAgent
 
-log = structlog.get_logger("ans.freshness")
+log = structlog.get_logger("ans.freshness_policy")
 REFRESH_SCOPE = "discovery:refresh"
 AGENT_REMOVED = "agent_removed"
 MAX_SLEEP = 1.0  # newly indexed agents are noticed at least this often
@@ -91,7 +91,7 @@ class FreshnessRunner:
         self._wake: asyncio.Event | None = None
 
     def _wall_clock(self) -> float:
-        return self.service.clock().timestamp()
+        return float(self.service.clock().timestamp())
 
     # -- one round -----------------------------------------------------------------------
     async def run_once(self, now: float | None = None) -> RoundReport:
