@@ -171,6 +171,23 @@ def metrics(rankings: Iterable[Sequence[str]], golds: Iterable[Sequence[str]]) -
 # -- the real server ---------------------------------------------------------------
 
 
+def activate_all(
+    url: str, gov: SigningKey, docs: list[tuple[str, dict[str, Any], dict[str, Any]]]
+) -> dict[str, str]:
+    """ACTIVATE every agent over HTTP/2 (exit on any refusal); canonical id -> tool."""
+    tool_of: dict[str, str] = {}
+    with AgtpClient(
+        url, agent_id=GOV.agent_id, principal_id="eval", scope="discovery:register"
+    ) as gclient:
+        for i, (tool, manifest, caps) in enumerate(docs):
+            params = {"manifest": sign_document(manifest, gov, "signature"), "capabilities": caps}
+            resp = gclient.call("ACTIVATE", params, task_id=f"act-{i}")
+            if resp.status != 200:
+                sys.exit(f"metatool_eval: ACTIVATE over HTTP failed: {resp.body}")
+            tool_of[manifest["canonical_id"]] = tool
+    return tool_of
+
+
 def http_check(
     workdir: Path,
     gov: SigningKey,
@@ -196,17 +213,7 @@ def http_check(
     agree = verified = 0
     mismatches: list[str] = []
     try:
-        with AgtpClient(
-            url, agent_id=GOV.agent_id, principal_id="eval", scope="discovery:register"
-        ) as gclient:
-            for i, (_, manifest, caps) in enumerate(docs):
-                params = {
-                    "manifest": sign_document(manifest, gov, "signature"),
-                    "capabilities": caps,
-                }
-                resp = gclient.call("ACTIVATE", params, task_id=f"act-{i}")
-                if resp.status != 200:
-                    sys.exit(f"metatool_eval: ACTIVATE over HTTP failed: {resp.body}")
+        activate_all(url, gov, docs)
         with AgtpClient(
             url, agent_id=ASKER.agent_id, principal_id="eval", scope="discovery:query"
         ) as client:
@@ -257,21 +264,9 @@ def wire_eval(
         "--config",
         str(config),
     )
-    tool_of: dict[str, str] = {}
     out: dict[str, Any] = {"gate": gate}
     try:
-        with AgtpClient(
-            server.url, agent_id=GOV.agent_id, principal_id="eval", scope="discovery:register"
-        ) as gclient:
-            for i, (tool, manifest, caps) in enumerate(docs):
-                params = {
-                    "manifest": sign_document(manifest, gov, "signature"),
-                    "capabilities": caps,
-                }
-                resp = gclient.call("ACTIVATE", params, task_id=f"act-{i}")
-                if resp.status != 200:
-                    sys.exit(f"metatool_eval: ACTIVATE over HTTP failed: {resp.body}")
-                tool_of[manifest["canonical_id"]] = tool
+        tool_of = activate_all(server.url, gov, docs)
         with AgtpClient(
             server.url, agent_id=ASKER.agent_id, principal_id="eval", scope="discovery:query"
         ) as client:
