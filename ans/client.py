@@ -28,7 +28,7 @@ from ans.federation.peers import is_native
 from ans.federation.transport import PeerError
 from ans.governance.keys import TrustedKeys
 from ans.governance.signing import RESULT_SIGNATURE_FIELD, verify_document
-from ans.protocol.errors import AgtpError, UnsignedResponse
+from ans.protocol.errors import AgtpError, ErrorCode, UnsignedResponse
 from ans.protocol.messages import AGTP_VERSION, CONTENT_TYPE, query_digest
 from ans.protocol.native import NativeResponse, NativeResponseParser, encode_request
 
@@ -315,7 +315,9 @@ def verify_discover_result(
     """Return the signing kid, or raise AgtpError/KeyFileError if anything is off."""
     kid = verify_document(result, TrustedKeys.from_jwks(jwks), RESULT_SIGNATURE_FIELD)
     if parameters is not None and result.get("query_digest") != query_digest(parameters):
-        raise AgtpError("query_digest does not match the parameters sent", code="digest_mismatch")
+        raise AgtpError(
+            "query_digest does not match the parameters sent", code=ErrorCode.DIGEST_MISMATCH
+        )
     return str(kid)
 
 

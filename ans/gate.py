@@ -38,7 +38,7 @@ from ans.governance.auth import (
 )
 from ans.governance.ratelimit import AuditNote, RateLimiter, address_key, client_ip
 from ans.governance.signing import KeyLookup
-from ans.protocol.errors import AgtpError, InvalidHeader, RateLimited
+from ans.protocol.errors import AgtpError, ErrorCode, InvalidHeader, RateLimited
 from ans.protocol.messages import ZONE_RE, DescribeRequest, DiscoverRequest, Identity
 
 from .config import Config
@@ -97,7 +97,7 @@ class Credentials:
         if ZONE_RE.fullmatch(zone) is None:
             raise InvalidHeader(
                 "AGTP-Zone-ID must be a zone id such as 'zone:finance'",
-                code="invalid_agtp_zone_id",
+                code=ErrorCode.INVALID_AGTP_ZONE_ID,
             )
         return zone
 
@@ -314,7 +314,7 @@ class RequestGate:
         "client_address") says which limit refused."""
         fields: dict[str, Any] = {"auth_mode": self.mode}
         if note.event == "rate_limited":
-            fields.update(status=429, code="rate_limited", limit=limit)
+            fields.update(status=429, code=ErrorCode.RATE_LIMITED, limit=limit)
         if note.fields.get("summary"):
             # A summary of earlier refusals: not about the request at hand.
             fields.update(note.fields)
@@ -335,7 +335,7 @@ class RequestGate:
                     note.event,
                     auth_mode=self.mode,
                     status=429,
-                    code="rate_limited",
+                    code=ErrorCode.RATE_LIMITED,
                     limit=limit,
                     **note.fields,
                 )

@@ -37,7 +37,13 @@ from typing import IO, Any
 from ans.governance.keys import TrustedKeys
 from ans.governance.manifest import validate_capabilities, verify_manifest
 from ans.governance.policy import requester_fields
-from ans.protocol.errors import AgtpError, InvalidParameter, MalformedJson, UnknownSigningKey
+from ans.protocol.errors import (
+    AgtpError,
+    ErrorCode,
+    InvalidParameter,
+    MalformedJson,
+    UnknownSigningKey,
+)
 from ans.protocol.jsonstrict import loads as strict_loads
 from ans.protocol.messages import Identity
 from ans.protocol.scope import parse_authority_scope
@@ -306,7 +312,7 @@ def _explain_removed_key(
     if previous is not None and kid is not None and kid == previous.signer_kid:
         return (
             401,
-            "signing_key_removed",
+            ErrorCode.SIGNING_KEY_REMOVED,
             f"manifest is signed by governance key {kid[:80]!r}, which signed this agent "
             "before but is no longer trusted",
         )

@@ -25,7 +25,7 @@ from ans.governance.signing import (
     sign_document,
     verify_document,
 )
-from ans.protocol.errors import AgtpError, SignatureInvalid, UnsignedResponse
+from ans.protocol.errors import AgtpError, ErrorCode, SignatureInvalid, UnsignedResponse
 from ans.protocol.messages import query_digest
 
 # The methods whose refusals are signed: every DISCOVER answer is.
@@ -38,7 +38,7 @@ def refusal_object(exc: AgtpError, task_id: str | None, generated_at: str) -> di
     ``generated_at``; ``query_digest`` once the parameters parsed;
     ``retry_after`` (seconds) when the answer carries ``Retry-After``."""
     error: dict[str, Any] = {
-        "code": exc.code,
+        "code": str(exc.code),  # the ErrorCode's value: a plain str keeps JCS on its fast path
         "message": exc.message,
         "status": exc.status,
         "task_id": task_id,
@@ -78,14 +78,16 @@ def check_refusal(
     if error.get("status") != status or body.get("status") != status:
         raise SignatureInvalid(
             f"the signed refusal says status {error.get('status')!r}, the answer {status}",
-            code="refusal_mismatch",
+            code=ErrorCode.REFUSAL_MISMATCH,
         )
     if error.get("task_id") != task_id:
-        raise SignatureInvalid("the signed refusal is for another task_id", code="refusal_mismatch")
+        raise SignatureInvalid(
+            "the signed refusal is for another task_id", code=ErrorCode.REFUSAL_MISMATCH
+        )
     digest = error.get("query_digest")
     if digest is not None and parameters is not None and digest != query_digest(parameters):
         raise SignatureInvalid(
             "the signed refusal's query_digest does not match the parameters sent",
-            code="digest_mismatch",
+            code=ErrorCode.DIGEST_MISMATCH,
         )
     return kid

@@ -17,8 +17,8 @@ Two layers, each testable on its own:
 :func:`authenticate_certificate` binds Agent-ID to a SubjectAltName URI of the
 verified client certificate, or accepts a forwarded DISCOVER from a trusted
 forwarding ANS (``[auth] forwarders``). Every failure is an :class:`AuthenticationFailed`
-(401) with a distinct code from ``TOKEN_FAILURE_CODES`` /
-``CERTIFICATE_FAILURE_CODES``.
+(401) with a distinct code: ``ErrorCode.MISSING_TOKEN``, an ``ErrorCode.TOKEN_*``
+or an ``ErrorCode.*CERTIFICATE*`` member.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from datetime import datetime
 from typing import Any
 
 from ans.protocol import jsonstrict
-from ans.protocol.errors import AuthenticationFailed, InvalidAuthorityScope
+from ans.protocol.errors import AuthenticationFailed, ErrorCode, InvalidAuthorityScope
 from ans.protocol.messages import ZONE_RE, Identity
 from ans.protocol.scope import AuthorityScope, parse_authority_scope
 from cryptography import x509
@@ -51,10 +51,10 @@ REALM = "ANS"
 _UNSUPPORTED_HEADERS = ("crit", "b64", "zip", "enc")
 
 
-def _fail(code: str, message: str) -> AuthenticationFailed:
+def _fail(code: ErrorCode, message: str) -> AuthenticationFailed:
     """A 401 with an RFC 6750 challenge: no error attribute when no token was
     sent (3.1), ``error="invalid_token"`` when one was sent and refused."""
-    if code == "missing_token":
+    if code == ErrorCode.MISSING_TOKEN:
         challenge = f'Bearer realm="{REALM}"'
     else:
         challenge = f'Bearer realm="{REALM}", error="invalid_token"'
@@ -76,56 +76,65 @@ def _json_object(segment: str, what: str) -> dict[str, Any]:
         raw = b64url_decode(segment)
         doc = jsonstrict.loads(raw, max_bytes=MAX_TOKEN_BYTES, max_depth=MAX_CLAIMS_NESTING)
     except Exception:  # base64url or strict-JSON failure: the token is malformed
-        raise _fail("token_malformed", f"the token {what} is not base64url JSON") from None
+        raise _fail(ErrorCode.TOKEN_MALFORMED, f"the token {what} is not base64url JSON") from None
     if not isinstance(doc, dict):
-        raise _fail("token_malformed", f"the token {what} is not a JSON object")
+        raise _fail(ErrorCode.TOKEN_MALFORMED, f"the token {what} is not a JSON object")
     return doc
 
 
 def verify_compact_jws(token: str, keys: KeyLookup) -> VerifiedJws:
     """Verify a compact JWS ``header.payload.signature`` with ES256 pinned."""
     if len(token) > MAX_TOKEN_BYTES:
-        raise _fail("token_too_large", f"the token is longer than {MAX_TOKEN_BYTES} bytes")
+        raise _fail(ErrorCode.TOKEN_TOO_LARGE, f"the token is longer than {MAX_TOKEN_BYTES} bytes")
     if not token.isascii():
-        raise _fail("token_malformed", "the token is not ASCII")
+        raise _fail(ErrorCode.TOKEN_MALFORMED, "the token is not ASCII")
     parts = token.split(".")
     if len(parts) == 5:
-        raise _fail("token_malformed", "encrypted tokens (JWE) are not accepted; send a JWS")
+        raise _fail(
+            ErrorCode.TOKEN_MALFORMED, "encrypted tokens (JWE) are not accepted; send a JWS"
+        )
     if len(parts) != 3 or not all(parts):
         raise _fail(
-            "token_malformed", "the token is not a signed compact JWS (header.payload.signature)"
+            ErrorCode.TOKEN_MALFORMED,
+            "the token is not a signed compact JWS (header.payload.signature)",
         )
     header = _json_object(parts[0], "header")
     alg = header.get("alg")
     if alg != ALGORITHM:
         shown = alg[:20] if isinstance(alg, str) else type(alg).__name__
         raise _fail(
-            "token_algorithm_not_allowed", f"token alg {shown!r} is not allowed; only ES256"
+            ErrorCode.TOKEN_ALGORITHM_NOT_ALLOWED, f"token alg {shown!r} is not allowed; only ES256"
         )
     unsupported = [h for h in _UNSUPPORTED_HEADERS if h in header]
     if unsupported:
         raise _fail(
-            "token_unsupported_header",
+            ErrorCode.TOKEN_UNSUPPORTED_HEADER,
             f"token header parameter {unsupported[0]!r} is not supported",
         )
     kid = header.get("kid")
     if not isinstance(kid, str) or not kid or len(kid) > 256:
-        raise _fail("token_malformed", "the token header needs a kid naming the issuer's key")
+        raise _fail(
+            ErrorCode.TOKEN_MALFORMED, "the token header needs a kid naming the issuer's key"
+        )
     if keys.get(kid) is None:
-        raise _fail("token_unknown_key", f"token key {kid[:80]!r} is not a trusted issuer key")
+        raise _fail(
+            ErrorCode.TOKEN_UNKNOWN_KEY, f"token key {kid[:80]!r} is not a trusted issuer key"
+        )
     try:
         obj = jws.extract_compact(token.encode("ascii"), registry=REGISTRY)
         verified = es256_verify(obj, kid_resolver(keys, _unknown_key)(obj))
     except (JoseError, ValueError):
-        raise _fail("token_malformed", "the token payload or signature is not base64url") from None
+        raise _fail(
+            ErrorCode.TOKEN_MALFORMED, "the token payload or signature is not base64url"
+        ) from None
     if not verified:
-        raise _fail("token_signature_invalid", "the token signature does not verify")
+        raise _fail(ErrorCode.TOKEN_SIGNATURE_INVALID, "the token signature does not verify")
     return VerifiedJws(header, obj.payload, kid)
 
 
 def _unknown_key(kid: str) -> Exception:
     message = f"token key {kid[:80]!r} is not a trusted issuer key"
-    exc: Exception = _fail("token_unknown_key", message)
+    exc: Exception = _fail(ErrorCode.TOKEN_UNKNOWN_KEY, message)
     return exc
 
 
@@ -156,19 +165,21 @@ def _number(claims: Mapping[str, Any], name: str, *, required: bool) -> float | 
     value = claims.get(name)
     if value is None:
         if required:
-            raise _fail("token_missing_claim", f"the token has no {name} claim")
+            raise _fail(ErrorCode.TOKEN_MISSING_CLAIM, f"the token has no {name} claim")
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _fail("token_invalid_claim", f"the token {name} claim must be a NumericDate")
+        raise _fail(ErrorCode.TOKEN_INVALID_CLAIM, f"the token {name} claim must be a NumericDate")
     return float(value)
 
 
 def _text(claims: Mapping[str, Any], name: str) -> str:
     value = claims.get(name)
     if value is None:
-        raise _fail("token_missing_claim", f"the token has no {name} claim")
+        raise _fail(ErrorCode.TOKEN_MISSING_CLAIM, f"the token has no {name} claim")
     if not isinstance(value, str) or not value:
-        raise _fail("token_invalid_claim", f"the token {name} claim must be a non-empty string")
+        raise _fail(
+            ErrorCode.TOKEN_INVALID_CLAIM, f"the token {name} claim must be a non-empty string"
+        )
     return value
 
 
@@ -184,53 +195,63 @@ def check_claims(
     t = now.timestamp()
     issuer = _text(claims, "iss")
     if issuer != policy.issuer:
-        raise _fail("token_wrong_issuer", "the token was not issued by the configured issuer")
+        raise _fail(
+            ErrorCode.TOKEN_WRONG_ISSUER, "the token was not issued by the configured issuer"
+        )
     aud = claims.get("aud")
     if aud is None:
-        raise _fail("token_missing_claim", "the token has no aud claim")
+        raise _fail(ErrorCode.TOKEN_MISSING_CLAIM, "the token has no aud claim")
     audiences = [aud] if isinstance(aud, str) else aud
     if not isinstance(audiences, list) or not all(isinstance(a, str) for a in audiences):
-        raise _fail("token_invalid_claim", "the token aud claim must be a string or strings")
+        raise _fail(
+            ErrorCode.TOKEN_INVALID_CLAIM, "the token aud claim must be a string or strings"
+        )
     if policy.audience not in audiences:
-        raise _fail("token_wrong_audience", "the token is not addressed to this ANS (aud)")
+        raise _fail(ErrorCode.TOKEN_WRONG_AUDIENCE, "the token is not addressed to this ANS (aud)")
     exp = _number(claims, "exp", required=True)
     assert exp is not None
     if t >= exp + policy.leeway:
-        raise _fail("token_expired", "the token has expired")
+        raise _fail(ErrorCode.TOKEN_EXPIRED, "the token has expired")
     nbf = _number(claims, "nbf", required=False)
     if nbf is not None and t < nbf - policy.leeway:
-        raise _fail("token_not_yet_valid", "the token is not valid yet (nbf)")
+        raise _fail(ErrorCode.TOKEN_NOT_YET_VALID, "the token is not valid yet (nbf)")
     subject = _text(claims, "sub")
     if subject != identity.agent_id:
-        raise _fail("token_subject_mismatch", "the token sub is not the Agent-ID header")
+        raise _fail(ErrorCode.TOKEN_SUBJECT_MISMATCH, "the token sub is not the Agent-ID header")
     principal = _text(claims, "principal")
     if principal != identity.principal_id:
         raise _fail(
-            "token_principal_mismatch", "the token principal is not the Principal-ID header"
+            ErrorCode.TOKEN_PRINCIPAL_MISMATCH, "the token principal is not the Principal-ID header"
         )
     try:
         scope = parse_authority_scope(_text(claims, "scope"))
     except InvalidAuthorityScope as exc:
-        raise _fail("token_invalid_claim", f"the token scope claim: {exc.message}") from None
+        raise _fail(
+            ErrorCode.TOKEN_INVALID_CLAIM, f"the token scope claim: {exc.message}"
+        ) from None
     zone = claims.get("zone")
     if zone is not None:
         if not isinstance(zone, str) or ZONE_RE.fullmatch(zone) is None:
-            raise _fail("token_invalid_claim", "the token zone claim must be a zone id")
+            raise _fail(ErrorCode.TOKEN_INVALID_CLAIM, "the token zone claim must be a zone id")
         if zone_header is not None and zone_header != zone:
-            raise _fail("token_zone_mismatch", "the token zone is not the AGTP-Zone-ID header")
+            raise _fail(
+                ErrorCode.TOKEN_ZONE_MISMATCH, "the token zone is not the AGTP-Zone-ID header"
+            )
     return TokenClaims(issuer, subject, principal, scope, exp, zone, kid)
 
 
 def parse_bearer(authorization: str | None) -> str:
     """The token of an ``Authorization: Bearer <token>`` header."""
     if authorization is None or not authorization.strip():
-        raise _fail("missing_token", "this ANS requires Authorization: Bearer <governance token>")
+        raise _fail(
+            ErrorCode.MISSING_TOKEN, "this ANS requires Authorization: Bearer <governance token>"
+        )
     scheme, _, token = authorization.strip().partition(" ")
     if scheme.lower() != "bearer":
-        raise _fail("missing_token", "the Authorization scheme must be Bearer")
+        raise _fail(ErrorCode.MISSING_TOKEN, "the Authorization scheme must be Bearer")
     token = token.strip()
     if not token:
-        raise _fail("missing_token", "the Authorization header carries no token")
+        raise _fail(ErrorCode.MISSING_TOKEN, "the Authorization header carries no token")
     return token
 
 
@@ -269,9 +290,11 @@ def jsonstrict_claims(payload: bytes) -> dict[str, Any]:
     try:
         doc = jsonstrict.loads(payload, max_bytes=MAX_TOKEN_BYTES, max_depth=MAX_CLAIMS_NESTING)
     except Exception:
-        raise _fail("token_malformed", "the token payload is not a JSON claims set") from None
+        raise _fail(
+            ErrorCode.TOKEN_MALFORMED, "the token payload is not a JSON claims set"
+        ) from None
     if not isinstance(doc, dict):
-        raise _fail("token_malformed", "the token payload is not a JSON object")
+        raise _fail(ErrorCode.TOKEN_MALFORMED, "the token payload is not a JSON object")
     return doc
 
 
@@ -303,7 +326,7 @@ def authenticate_certificate(
     the caller's identity headers on unchanged."""
     if not chain:
         raise AuthenticationFailed(
-            "this ANS requires a TLS client certificate", code="client_certificate_required"
+            "this ANS requires a TLS client certificate", code=ErrorCode.CLIENT_CERTIFICATE_REQUIRED
         )
     uris = certificate_uris(chain[0])
     if identity.agent_id in uris:
@@ -314,5 +337,5 @@ def authenticate_certificate(
             return Authenticated(identity, certificate_uri=forwarder, forwarded_by=forwarder)
     raise AuthenticationFailed(
         "Agent-ID is not a SubjectAltName URI of the client certificate",
-        code="certificate_identity_mismatch",
+        code=ErrorCode.CERTIFICATE_IDENTITY_MISMATCH,
     )

@@ -21,7 +21,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ans.protocol.errors import Conflict, Gone, InvalidManifest, InvalidParameter, NotFound
+from ans.protocol.errors import (
+    Conflict,
+    ErrorCode,
+    Gone,
+    InvalidManifest,
+    InvalidParameter,
+    NotFound,
+)
 from ans.protocol.jcs import canonicalize
 
 from .keys import SigningKey
@@ -134,12 +141,12 @@ def verify_event(
     if issued > now + max_skew:
         raise Conflict(
             f"issued_at {doc['issued_at']} is in the future (beyond {max_skew.seconds} s of skew)",
-            code="stale_event",
+            code=ErrorCode.STALE_EVENT,
         )
     if issued < now - max_age:
         raise Conflict(
             f"issued_at {doc['issued_at']} is older than {int(max_age.total_seconds())} s",
-            code="stale_event",
+            code=ErrorCode.STALE_EVENT,
         )
     return LifecycleEvent(
         event=doc["event"],
@@ -163,7 +170,7 @@ def check_transition(event: str, current: str | None, canonical_id: str) -> None
             return
         raise Gone(
             f"agent {canonical_id[:80]} is {current}; its canonical id is retired",
-            code="agent_retired",
+            code=ErrorCode.AGENT_RETIRED,
         )
     if current is None and event in ("SUSPEND", "REINSTATE"):
         raise NotFound(f"no agent {canonical_id[:80]!r} has been registered here")
@@ -171,7 +178,7 @@ def check_transition(event: str, current: str | None, canonical_id: str) -> None
         raise Conflict(
             f"agent {canonical_id[:80]} was removed for failed refreshes; "
             "re-ACTIVATE it instead of reinstating",
-            code="invalid_transition",
+            code=ErrorCode.INVALID_TRANSITION,
         )
 
 
@@ -219,7 +226,7 @@ def check_manifest_time(manifest: Mapping[str, Any], now: datetime, max_skew: ti
                 f"manifest {name} {str(value)[:64]} is in the future (beyond "
                 f"{int(max_skew.total_seconds())} s of clock skew); the governance "
                 "platform's clock or the manifest is wrong",
-                code="manifest_from_future",
+                code=ErrorCode.MANIFEST_FROM_FUTURE,
             )
 
 
@@ -243,7 +250,7 @@ def check_manifest_freshness(new: Mapping[str, Any], stored: Mapping[str, Any]) 
         raise Conflict(
             f"manifest last_updated {new.get('last_updated') or new['activated_at']} is older "
             f"than the stored {stored.get('last_updated') or stored['activated_at']}",
-            code="stale_metadata",
+            code=ErrorCode.STALE_METADATA,
         )
     nv, ov = _version_key(new.get("version")), _version_key(stored.get("version"))
     if nv is not None and ov is not None and nv > ov:
@@ -252,12 +259,12 @@ def check_manifest_freshness(new: Mapping[str, Any], stored: Mapping[str, Any]) 
         raise Conflict(
             f"manifest version {new.get('version')} is older than the stored "
             f"{stored.get('version')}",
-            code="stale_metadata",
+            code=ErrorCode.STALE_METADATA,
         )
     raise Conflict(
         "manifest has the same last_updated and version as the stored one but different "
         "content; the governance platform must bump last_updated or version",
-        code="stale_metadata",
+        code=ErrorCode.STALE_METADATA,
     )
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ans.protocol.errors import AgentNotActive, InvalidCapabilities, InvalidManifest
+from ans.protocol.errors import AgentNotActive, ErrorCode, InvalidCapabilities, InvalidManifest
 from ans.protocol.messages import ORG_DOMAIN_RE, ZONE_RE
 from ans.protocol.scope import parse_token
 
@@ -111,25 +111,26 @@ def validate_manifest_fields(manifest: Mapping[str, Any]) -> None:
     for name, (check, what) in REQUIRED_FIELDS.items():
         if name not in manifest:
             raise InvalidManifest(
-                f"manifest is missing required field {name!r}", code="manifest_missing_field"
+                f"manifest is missing required field {name!r}",
+                code=ErrorCode.MANIFEST_MISSING_FIELD,
             )
         if not check(manifest[name]):
             raise InvalidManifest(
-                f"manifest field {name!r} must be {what}", code="manifest_field_type"
+                f"manifest field {name!r} must be {what}", code=ErrorCode.MANIFEST_FIELD_TYPE
             )
     if manifest["trust_tier"] == 2:
         for name in TIER2_FIELDS:
             if not _str(manifest.get(name)):
                 raise InvalidManifest(
                     f"manifest with trust_tier 2 is missing required field {name!r}",
-                    code="manifest_missing_field",
+                    code=ErrorCode.MANIFEST_MISSING_FIELD,
                 )
     for name in ("version", "last_updated"):
         if name in manifest and not (
             _timestamp(manifest[name]) if name == "last_updated" else _str(manifest[name], 64)
         ):
             raise InvalidManifest(
-                f"manifest field {name!r} is malformed", code="manifest_field_type"
+                f"manifest field {name!r} is malformed", code=ErrorCode.MANIFEST_FIELD_TYPE
             )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from .errors import HeaderTooLarge, InvalidHeader, MissingHeader
+from .errors import ErrorCode, HeaderTooLarge, InvalidHeader, MissingHeader
 from .messages import AGTP_VERSION, CONTENT_TYPE, is_task_id, task_id_hint
 
 MAX_HEADER_BYTES = 16 * 1024
@@ -55,7 +55,7 @@ def header_map(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
 
 def duplicate_header(name: str) -> InvalidHeader:
     """The 400 for a repeated :data:`UNIQUE_HEADERS` field (lowercase ``name``)."""
-    return InvalidHeader(f"header {name} must not repeat", code="duplicate_header")
+    return InvalidHeader(f"header {name} must not repeat", code=ErrorCode.DUPLICATE_HEADER)
 
 
 def refused_headers_task_id(raw: Iterable[tuple[bytes, bytes]]) -> str | None:
@@ -79,11 +79,13 @@ def agtp_method(http_method: str, path: str, headers: Mapping[str, str]) -> str 
         value = headers.get("agtp-method")
         if value is None or not value.strip():
             raise MissingHeader(
-                "POST /agtp requires the AGTP-Method header", code="missing_agtp_method"
+                "POST /agtp requires the AGTP-Method header", code=ErrorCode.MISSING_AGTP_METHOD
             )
         value = value.strip().upper()
         if _METHOD_RE.fullmatch(value) is None:
-            raise InvalidHeader("AGTP-Method is not a method name", code="invalid_agtp_method")
+            raise InvalidHeader(
+                "AGTP-Method is not a method name", code=ErrorCode.INVALID_AGTP_METHOD
+            )
         return value
     if method in HTTP_METHODS:
         return None

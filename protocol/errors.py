@@ -3,30 +3,146 @@
 Each failure is a subclass of :class:`AgtpError` carrying an AGTP ``status``
 and a stable machine-readable ``code``; the message is for humans. The server
 turns any ``AgtpError`` into ``{"status", "task_id", "error": {"code",
-"message"}}`` with the HTTP status equal to the AGTP status. ``ERROR_CODES``
-lists every code, so docs and tests can enumerate them. An error may carry
+"message"}}`` with the HTTP status equal to the AGTP status. ``ErrorCode``
+lists every code (``ERROR_CODES``: their wire values), so docs and tests can
+enumerate them. An error may carry
 extra response ``headers`` (e.g. ``Retry-After`` on 429, ``WWW-Authenticate``
 on 401) that the server sends with the error body.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from enum import StrEnum
+from typing import ClassVar, Literal
 
 from .status import Status
+
+
+class ErrorCode(StrEnum):
+    """Every ``code`` an AGTP error answer can carry: the one list.
+
+    Each :class:`AgtpError` class names its default code here, and every raise
+    site that narrows it (``code=``) passes a member, never a string literal
+    (``tests/protocol/test_protocol_error_codes.py`` scans the source). Members
+    are ``str``: they compare equal to, and serialize (orjson, json, JCS) as,
+    their wire value. The README table "Error codes" lists exactly these
+    values (tested). Grouped by the status they are answered with.
+    """
+
+    # 400: framing, headers, envelope -------------------------------------------
+    BAD_REQUEST = "bad_request"
+    MALFORMED_JSON = "malformed_json"
+    BODY_TOO_LARGE = "body_too_large"
+    HEADER_TOO_LARGE = "header_too_large"
+    MISSING_HEADER = "missing_header"
+    MISSING_AGENT_ID = "missing_agent_id"
+    MISSING_PRINCIPAL_ID = "missing_principal_id"
+    MISSING_AUTHORITY_SCOPE = "missing_authority_scope"
+    MISSING_AGTP_METHOD = "missing_agtp_method"
+    INVALID_HEADER = "invalid_header"
+    INVALID_AGENT_ID = "invalid_agent_id"
+    INVALID_PRINCIPAL_ID = "invalid_principal_id"
+    INVALID_SESSION_ID = "invalid_session_id"
+    INVALID_TASK_ID = "invalid_task_id"
+    INVALID_AGTP_METHOD = "invalid_agtp_method"
+    INVALID_AGTP_ZONE_ID = "invalid_agtp_zone_id"
+    INVALID_FEDERATION_PATH = "invalid_federation_path"
+    INVALID_FEDERATION_BUDGET = "invalid_federation_budget"
+    INVALID_AUTHORITY_SCOPE = "invalid_authority_scope"
+    DUPLICATE_HEADER = "duplicate_header"
+    INVALID_START_LINE = "invalid_start_line"  # native framing
+    INVALID_HEADER_LINE = "invalid_header_line"  # native framing
+    INVALID_CONTENT_LENGTH = "invalid_content_length"  # native framing
+    UNSUPPORTED_AGTP_VERSION = "unsupported_agtp_version"
+    UNSUPPORTED_CONTENT_TYPE = "unsupported_content_type"
+    UNSUPPORTED_METHOD = "unsupported_method"
+    METHOD_MISMATCH = "method_mismatch"
+    TASK_ID_MISMATCH = "task_id_mismatch"
+    INVALID_BODY = "invalid_body"
+    # Raised by the client (ans.client): a result's query_digest does not match
+    # the parameters sent; as a refusal check it is 401 (SignatureInvalid).
+    DIGEST_MISMATCH = "digest_mismatch"
+
+    # 401: signatures and requester authentication -----------------------------
+    UNAUTHORIZED = "unauthorized"
+    SIGNATURE_INVALID = "signature_invalid"
+    UNKNOWN_SIGNING_KEY = "unknown_signing_key"
+    SIGNING_KEY_REMOVED = "signing_key_removed"  # the manifest's governance key was removed
+    UNSIGNED_RESPONSE = "unsigned_response"  # client: a DISCOVER answer carries no signature
+    REFUSAL_MISMATCH = "refusal_mismatch"  # client: a signed refusal is for another answer
+    MISSING_TOKEN = "missing_token"
+    TOKEN_TOO_LARGE = "token_too_large"
+    TOKEN_MALFORMED = "token_malformed"
+    TOKEN_ALGORITHM_NOT_ALLOWED = "token_algorithm_not_allowed"
+    TOKEN_UNSUPPORTED_HEADER = "token_unsupported_header"
+    TOKEN_UNKNOWN_KEY = "token_unknown_key"
+    TOKEN_SIGNATURE_INVALID = "token_signature_invalid"
+    TOKEN_EXPIRED = "token_expired"
+    TOKEN_NOT_YET_VALID = "token_not_yet_valid"
+    TOKEN_WRONG_AUDIENCE = "token_wrong_audience"
+    TOKEN_WRONG_ISSUER = "token_wrong_issuer"
+    TOKEN_SUBJECT_MISMATCH = "token_subject_mismatch"
+    TOKEN_PRINCIPAL_MISMATCH = "token_principal_mismatch"
+    TOKEN_ZONE_MISMATCH = "token_zone_mismatch"
+    TOKEN_MISSING_CLAIM = "token_missing_claim"
+    TOKEN_INVALID_CLAIM = "token_invalid_claim"
+    CLIENT_CERTIFICATE_REQUIRED = "client_certificate_required"
+    CERTIFICATE_IDENTITY_MISMATCH = "certificate_identity_mismatch"
+
+    # 404 / 408 / 409 / 410 -----------------------------------------------------
+    NOT_FOUND = "not_found"
+    REQUEST_TIMEOUT = "request_timeout"
+    CONFLICT = "conflict"
+    STALE_EVENT = "stale_event"  # issued_at outside the window, or older than the last event
+    STALE_METADATA = "stale_metadata"  # re-ACTIVATE with an older manifest than the stored one
+    INVALID_TRANSITION = "invalid_transition"  # e.g. REINSTATE of an agent dropped for freshness
+    AGENT_SUSPENDED = "agent_suspended"  # 409 on ACTIVATE (use REINSTATE); 503 on DESCRIBE
+    GONE = "gone"
+    AGENT_RETIRED = "agent_retired"  # Revoked/Deprecated canonical ids never come back
+
+    # 422: parameters and documents ---------------------------------------------
+    UNPROCESSABLE = "unprocessable"
+    INVALID_PARAMETER = "invalid_parameter"
+    INVALID_PARAMETERS = "invalid_parameters"
+    INVALID_INTENT = "invalid_intent"
+    INVALID_CAPABILITY_DOMAINS = "invalid_capability_domains"
+    INVALID_TRUST_TIER_MIN = "invalid_trust_tier_min"
+    INVALID_BEHAVIORAL_TRUST_MIN = "invalid_behavioral_trust_min"
+    INVALID_GOVERNANCE_ZONE = "invalid_governance_zone"
+    INVALID_ORG_DOMAIN = "invalid_org_domain"
+    INVALID_LIMIT = "invalid_limit"
+    INVALID_SCOPE_NEGOTIATE = "invalid_scope_negotiate"
+    INVALID_INCLUDE_EVIDENCE = "invalid_include_evidence"
+    INVALID_PREFERRED_AGENT = "invalid_preferred_agent"
+    INVALID_CANONICAL_ID = "invalid_canonical_id"
+    INVALID_MANIFEST = "invalid_manifest"
+    MANIFEST_MISSING_FIELD = "manifest_missing_field"
+    MANIFEST_FIELD_TYPE = "manifest_field_type"
+    MANIFEST_FROM_FUTURE = "manifest_from_future"  # beyond the clock skew window
+    INVALID_CAPABILITIES = "invalid_capabilities"
+    INVALID_EVENT = "invalid_event"  # the lifecycle event document is malformed
+    LIFECYCLE_NOT_ACTIVE = "lifecycle_not_active"
+
+    # 429 / 451 / 453 / 5xx -----------------------------------------------------
+    RATE_LIMITED = "rate_limited"
+    SCOPE_VIOLATION = "scope_violation"
+    ZONE_VIOLATION = "zone_violation"
+    INTERNAL_ERROR = "internal_error"
+    UNAVAILABLE = "unavailable"
+    STORAGE_UNAVAILABLE = "storage_unavailable"
 
 
 class AgtpError(Exception):
     """Base of all AGTP errors: an AGTP status and a stable code."""
 
     status: ClassVar[int] = Status.BAD_REQUEST
-    code: ClassVar[str] = "bad_request"
+    code: ClassVar[ErrorCode] = ErrorCode.BAD_REQUEST
 
     def __init__(
         self,
         message: str,
         *,
-        code: str | None = None,
+        code: ErrorCode | None = None,
         headers: tuple[tuple[str, str], ...] = (),
     ) -> None:
         super().__init__(message)
@@ -46,201 +162,207 @@ class AgtpError(Exception):
             self.code = code  # type: ignore[misc]
 
     def to_error_object(self) -> dict[str, str]:
-        return {"code": self.code, "message": self.message}
+        # A plain str on the wire: the same bytes, and JCS keeps its fast path.
+        return {"code": str(self.code), "message": self.message}
 
 
 # 400 ---------------------------------------------------------------------
 class BadRequest(AgtpError):
     status = Status.BAD_REQUEST
-    code = "bad_request"
+    code = ErrorCode.BAD_REQUEST
 
 
 class MalformedJson(BadRequest):
-    code = "malformed_json"
+    code = ErrorCode.MALFORMED_JSON
 
 
 class BodyTooLarge(BadRequest):
-    code = "body_too_large"
+    code = ErrorCode.BODY_TOO_LARGE
 
 
 class HeaderTooLarge(BadRequest):
-    code = "header_too_large"
+    code = ErrorCode.HEADER_TOO_LARGE
 
 
 class MissingHeader(BadRequest):
     """A required AGTP header is absent; the code names the header."""
 
-    code = "missing_header"
+    code = ErrorCode.MISSING_HEADER
 
 
 class InvalidHeader(BadRequest):
     """A header is present but malformed; the code names the header."""
 
-    code = "invalid_header"
+    code = ErrorCode.INVALID_HEADER
 
 
 class InvalidAuthorityScope(BadRequest):
-    code = "invalid_authority_scope"
+    code = ErrorCode.INVALID_AUTHORITY_SCOPE
 
 
 class UnsupportedVersion(BadRequest):
-    code = "unsupported_agtp_version"
+    code = ErrorCode.UNSUPPORTED_AGTP_VERSION
 
 
 class UnsupportedContentType(BadRequest):
-    code = "unsupported_content_type"
+    code = ErrorCode.UNSUPPORTED_CONTENT_TYPE
 
 
 class UnsupportedMethod(BadRequest):
-    code = "unsupported_method"
+    code = ErrorCode.UNSUPPORTED_METHOD
 
 
 class MethodMismatch(BadRequest):
-    code = "method_mismatch"
+    code = ErrorCode.METHOD_MISMATCH
 
 
 class TaskIdMismatch(BadRequest):
-    code = "task_id_mismatch"
+    code = ErrorCode.TASK_ID_MISMATCH
 
 
 class InvalidBody(BadRequest):
     """The JSON parsed but the envelope is not an AGTP request body."""
 
-    code = "invalid_body"
+    code = ErrorCode.INVALID_BODY
 
 
 # 401/403/404/409/410 --------------------------------------------------------
 class Unauthorized(AgtpError):
     status = Status.UNAUTHORIZED
-    code = "unauthorized"
+    code = ErrorCode.UNAUTHORIZED
 
 
 class AuthenticationFailed(Unauthorized):
     """The requester could not be authenticated (bearer token or client
     certificate); the per-instance code says which check failed."""
 
-    code = "missing_token"
+    code = ErrorCode.MISSING_TOKEN
 
 
 class NotFound(AgtpError):
     status = Status.NOT_FOUND
-    code = "not_found"
+    code = ErrorCode.NOT_FOUND
 
 
 class Conflict(AgtpError):
     status = Status.CONFLICT
-    code = "conflict"
+    code = ErrorCode.CONFLICT
 
 
 class Gone(AgtpError):
     status = Status.GONE
-    code = "gone"
+    code = ErrorCode.GONE
 
 
 # 422 ---------------------------------------------------------------------
 class Unprocessable(AgtpError):
     status = Status.UNPROCESSABLE
-    code = "unprocessable"
+    code = ErrorCode.UNPROCESSABLE
 
 
 class InvalidParameter(Unprocessable):
-    """A request parameter has the wrong type or range; code is invalid_<name>."""
+    """A request parameter has the wrong type or range; the code is the
+    parameter's own (``PARAMETER_CODES``: ``limit`` -> ``invalid_limit``)."""
 
-    code = "invalid_parameter"
+    code = ErrorCode.INVALID_PARAMETER
 
-    def __init__(self, parameter: str, message: str) -> None:
-        super().__init__(f"{parameter}: {message}", code=f"invalid_{parameter}")
+    def __init__(self, parameter: Parameter, message: str) -> None:
+        super().__init__(f"{parameter}: {message}", code=PARAMETER_CODES[parameter])
         self.parameter = parameter
 
 
 class InvalidManifest(Unprocessable):
     """An Agent Manifest Document fails validation; code says which check."""
 
-    code = "invalid_manifest"
+    code = ErrorCode.INVALID_MANIFEST
 
 
 class InvalidCapabilities(Unprocessable):
-    code = "invalid_capabilities"
+    code = ErrorCode.INVALID_CAPABILITIES
 
 
 class AgentNotActive(Unprocessable):
-    code = "lifecycle_not_active"
+    code = ErrorCode.LIFECYCLE_NOT_ACTIVE
 
 
 # Signature failures are 401-class: the submitter could not prove the
 # governance platform vouched for the document.
 class SignatureInvalid(AgtpError):
     status = Status.UNAUTHORIZED
-    code = "signature_invalid"
+    code = ErrorCode.SIGNATURE_INVALID
 
 
 class UnknownSigningKey(SignatureInvalid):
-    code = "unknown_signing_key"
+    code = ErrorCode.UNKNOWN_SIGNING_KEY
 
 
 class UnsignedResponse(SignatureInvalid):
     """Raised by a client: a DISCOVER answer (result or refusal) carries no
     ANS signature, so it must be rejected (discovery draft 3.4, 7.1)."""
 
-    code = "unsigned_response"
+    code = ErrorCode.UNSIGNED_RESPONSE
 
 
 # 429 / 451 / 453 / 5xx ------------------------------------------------------
 class RateLimited(AgtpError):
     status = Status.RATE_LIMITED
-    code = "rate_limited"
+    code = ErrorCode.RATE_LIMITED
 
 
 class ScopeViolation(AgtpError):
     status = Status.SCOPE_VIOLATION
-    code = "scope_violation"
+    code = ErrorCode.SCOPE_VIOLATION
 
 
 class ZoneViolation(AgtpError):
     status = Status.ZONE_VIOLATION
-    code = "zone_violation"
+    code = ErrorCode.ZONE_VIOLATION
 
 
 class RequestTimeout(AgtpError):
     status = Status.TIMEOUT
-    code = "request_timeout"
+    code = ErrorCode.REQUEST_TIMEOUT
 
 
 class ServerError(AgtpError):
     status = Status.SERVER_ERROR
-    code = "internal_error"
+    code = ErrorCode.INTERNAL_ERROR
 
 
 class Unavailable(AgtpError):
     status = Status.UNAVAILABLE
-    code = "unavailable"
+    code = ErrorCode.UNAVAILABLE
 
 
 class StorageUnavailable(Unavailable):
     """The registry or the audit log could not be written (disk full, I/O
     error): the change was not applied and nothing was stored; retry later."""
 
-    code = "storage_unavailable"
+    code = ErrorCode.STORAGE_UNAVAILABLE
 
 
-REQUIRED_HEADER_CODES = {
-    "agent-id": "missing_agent_id",
-    "principal-id": "missing_principal_id",
-    "authority-scope": "missing_authority_scope",
+# The codes named after a header or a parameter, as explicit mappings (no
+# code is built from a name at run time).
+REQUIRED_HEADER_CODES: dict[str, ErrorCode] = {
+    "agent-id": ErrorCode.MISSING_AGENT_ID,
+    "principal-id": ErrorCode.MISSING_PRINCIPAL_ID,
+    "authority-scope": ErrorCode.MISSING_AUTHORITY_SCOPE,
 }
 
-INVALID_HEADER_CODES = {
-    "agent-id": "invalid_agent_id",
-    "principal-id": "invalid_principal_id",
-    "session-id": "invalid_session_id",
-    "task-id": "invalid_task_id",
-    "agtp-method": "invalid_agtp_method",
-    "agtp-zone-id": "invalid_agtp_zone_id",
-    "agtp-federation-path": "invalid_federation_path",
-    "agtp-federation-budget-ms": "invalid_federation_budget",
+INVALID_HEADER_CODES: dict[str, ErrorCode] = {
+    "agent-id": ErrorCode.INVALID_AGENT_ID,
+    "principal-id": ErrorCode.INVALID_PRINCIPAL_ID,
+    "session-id": ErrorCode.INVALID_SESSION_ID,
+    "task-id": ErrorCode.INVALID_TASK_ID,
+    "agtp-method": ErrorCode.INVALID_AGTP_METHOD,
+    "agtp-zone-id": ErrorCode.INVALID_AGTP_ZONE_ID,
+    "agtp-federation-path": ErrorCode.INVALID_FEDERATION_PATH,
+    "agtp-federation-budget-ms": ErrorCode.INVALID_FEDERATION_BUDGET,
 }
 
-DISCOVER_PARAMETERS = (
+# The request parameters :class:`InvalidParameter` names (mypy checks every
+# call site against this list), and the code of each.
+Parameter = Literal[
     "intent",
     "capability_domains",
     "trust_tier_min",
@@ -251,68 +373,29 @@ DISCOVER_PARAMETERS = (
     "scope_negotiate",
     "include_evidence",
     "preferred_agent",
-)
+    "parameters",
+    "canonical_id",
+    "manifest",
+    "capabilities",
+    "event",
+]
+PARAMETER_CODES: dict[Parameter, ErrorCode] = {
+    "intent": ErrorCode.INVALID_INTENT,
+    "capability_domains": ErrorCode.INVALID_CAPABILITY_DOMAINS,
+    "trust_tier_min": ErrorCode.INVALID_TRUST_TIER_MIN,
+    "behavioral_trust_min": ErrorCode.INVALID_BEHAVIORAL_TRUST_MIN,
+    "governance_zone": ErrorCode.INVALID_GOVERNANCE_ZONE,
+    "org_domain": ErrorCode.INVALID_ORG_DOMAIN,
+    "limit": ErrorCode.INVALID_LIMIT,
+    "scope_negotiate": ErrorCode.INVALID_SCOPE_NEGOTIATE,
+    "include_evidence": ErrorCode.INVALID_INCLUDE_EVIDENCE,
+    "preferred_agent": ErrorCode.INVALID_PREFERRED_AGENT,
+    "parameters": ErrorCode.INVALID_PARAMETERS,
+    "canonical_id": ErrorCode.INVALID_CANONICAL_ID,
+    "manifest": ErrorCode.INVALID_MANIFEST,
+    "capabilities": ErrorCode.INVALID_CAPABILITIES,
+    "event": ErrorCode.INVALID_EVENT,
+}
 
-# Registration lifecycle (governance/lifecycle.py, ans/service.py).
-LIFECYCLE_CODES = (
-    "invalid_event",  # 422: the lifecycle event document is malformed
-    "stale_event",  # 409: issued_at outside the accepted window, or older than the last event
-    "stale_metadata",  # 409: re-ACTIVATE with an older manifest than the stored one
-    "invalid_transition",  # 409: e.g. REINSTATE of an agent dropped for freshness
-    "agent_suspended",  # 409 on ACTIVATE (use REINSTATE); 503 on DESCRIBE
-    "agent_retired",  # 410: Revoked/Deprecated canonical ids never come back
-    "signing_key_removed",  # 401: the manifest's governance key is no longer trusted
-)
-
-# 401 codes of requester authentication (auth modes "token" and "mtls").
-TOKEN_FAILURE_CODES = (
-    "missing_token",
-    "token_too_large",
-    "token_malformed",
-    "token_algorithm_not_allowed",
-    "token_unsupported_header",
-    "token_unknown_key",
-    "token_signature_invalid",
-    "token_expired",
-    "token_not_yet_valid",
-    "token_wrong_audience",
-    "token_wrong_issuer",
-    "token_subject_mismatch",
-    "token_principal_mismatch",
-    "token_zone_mismatch",
-    "token_missing_claim",
-    "token_invalid_claim",
-)
-CERTIFICATE_FAILURE_CODES = ("client_certificate_required", "certificate_identity_mismatch")
-
-MANIFEST_CHECK_CODES = (
-    "invalid_manifest",
-    "manifest_missing_field",
-    "manifest_field_type",
-    "manifest_from_future",  # 422: last_updated/activated_at beyond the clock skew window
-)
-
-
-def _class_codes() -> set[str]:
-    seen: set[str] = set()
-    stack: list[type[AgtpError]] = [AgtpError]
-    while stack:
-        cls = stack.pop()
-        seen.add(cls.code)
-        stack.extend(cls.__subclasses__())
-    return seen
-
-
-ERROR_CODES: frozenset[str] = frozenset(
-    _class_codes()
-    | set(REQUIRED_HEADER_CODES.values())
-    | set(INVALID_HEADER_CODES.values())
-    | {f"invalid_{p}" for p in DISCOVER_PARAMETERS}
-    | {"invalid_canonical_id", "invalid_parameters", "invalid_capabilities"}
-    | {"duplicate_header", "missing_agtp_method", "digest_mismatch", "refusal_mismatch"}
-    | {"invalid_start_line", "invalid_header_line", "invalid_content_length"}
-    | set(MANIFEST_CHECK_CODES)
-    | set(LIFECYCLE_CODES)
-    | set(TOKEN_FAILURE_CODES)
-    | set(CERTIFICATE_FAILURE_CODES)
-)
+# Every code's wire value, for docs and tests that enumerate them.
+ERROR_CODES: frozenset[str] = frozenset(code.value for code in ErrorCode)

@@ -23,6 +23,7 @@ from .errors import (
     REQUIRED_HEADER_CODES,
     AgtpError,
     BadRequest,
+    ErrorCode,
     InvalidBody,
     InvalidHeader,
     InvalidParameter,
@@ -170,7 +171,7 @@ def _header_text(headers: Mapping[str, str], name: str, max_len: int = MAX_ID_LE
     if len(value) > max_len or _PRINTABLE_RE.fullmatch(value) is None:
         raise InvalidHeader(
             f"{name} must be printable ASCII of at most {max_len} characters",
-            code=INVALID_HEADER_CODES.get(name, "invalid_header"),
+            code=INVALID_HEADER_CODES.get(name, ErrorCode.INVALID_HEADER),
         )
     return value
 
@@ -252,7 +253,7 @@ def parse_envelope(
             raise BadRequest(
                 f"task_id must be a string of 1 to {MAX_TASK_ID_LEN} printable ASCII "
                 "characters (no control characters, no leading or trailing blank)",
-                code="invalid_task_id",
+                code=ErrorCode.INVALID_TASK_ID,
             )
         if header_task is not None and body_task != header_task:
             raise TaskIdMismatch("the Task-ID header and the body task_id differ")
@@ -399,7 +400,7 @@ def parse_federation_headers(headers: Mapping[str, str]) -> tuple[tuple[str, ...
             raise InvalidHeader(
                 f"AGTP-Federation-Path must list at most {MAX_FEDERATION_PATH} ANS ids "
                 "(base64url key ids) separated by commas",
-                code="invalid_federation_path",
+                code=ErrorCode.INVALID_FEDERATION_PATH,
             )
         path = tuple(items)
     budget = None
@@ -410,7 +411,7 @@ def parse_federation_headers(headers: Mapping[str, str]) -> tuple[tuple[str, ...
             raise InvalidHeader(
                 "AGTP-Federation-Budget-Ms must be an integer from 1 to "
                 f"{MAX_FEDERATION_BUDGET_MS}",
-                code="invalid_federation_budget",
+                code=ErrorCode.INVALID_FEDERATION_BUDGET,
             )
         budget = int(text)
     return path, budget

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from .binding import MAX_HEADER_BYTES, MAX_HEADER_COUNT, UNIQUE_HEADERS, duplicate_header
-from .errors import AgtpError, BadRequest, BodyTooLarge, HeaderTooLarge
+from .errors import AgtpError, BadRequest, BodyTooLarge, ErrorCode, HeaderTooLarge
 from .messages import AGTP_VERSION, CONTENT_TYPE
 from .status import REASON
 
@@ -135,7 +135,7 @@ class _FrameReader:
         # every line is well formed exactly when there are as many matches.
         found = _HEADER_LINE_RE.findall(rest)
         if len(found) != count:
-            raise BadRequest("malformed header line", code="invalid_header_line")
+            raise BadRequest("malformed header line", code=ErrorCode.INVALID_HEADER_LINE)
         for raw_name, raw_value in found:
             name = raw_name.decode("ascii").lower()
             value = raw_value.decode("latin-1")
@@ -153,7 +153,7 @@ class _FrameReader:
             return 0
         if not value.isdigit() or len(value) > 12:
             raise BadRequest(
-                "Content-Length must be a decimal byte count", code="invalid_content_length"
+                "Content-Length must be a decimal byte count", code=ErrorCode.INVALID_CONTENT_LENGTH
             )
         n = int(value)
         if n > self._max_body:
@@ -180,7 +180,9 @@ class NativeParser(_FrameReader):
     def _start(self, line: bytes) -> re.Match[bytes]:
         m = _START_RE.fullmatch(line)
         if m is None:
-            raise BadRequest("start line must be 'AGTP/1.0 METHOD'", code="invalid_start_line")
+            raise BadRequest(
+                "start line must be 'AGTP/1.0 METHOD'", code=ErrorCode.INVALID_START_LINE
+            )
         return m
 
 
@@ -198,7 +200,8 @@ class NativeResponseParser(_FrameReader):
         m = _STATUS_RE.fullmatch(line)
         if m is None:
             raise BadRequest(
-                "status line must be 'AGTP/1.0 <status> <reason>'", code="invalid_start_line"
+                "status line must be 'AGTP/1.0 <status> <reason>'",
+                code=ErrorCode.INVALID_START_LINE,
             )
         return m
 

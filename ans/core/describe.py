@@ -16,7 +16,7 @@ from ans.governance.audit import rfc3339
 from ans.governance.lifecycle import SUSPENDED
 from ans.governance.policy import DISCOVERY_QUERY, require_scope
 from ans.governance.signing import sign_document
-from ans.protocol.errors import Gone, MissingHeader, NotFound, Unavailable
+from ans.protocol.errors import ErrorCode, Gone, MissingHeader, NotFound, Unavailable
 from ans.protocol.jcs import canonicalize
 from ans.protocol.messages import DescribeRequest
 
@@ -37,7 +37,7 @@ class Describer:
         if req.identity is None:
             raise MissingHeader(
                 "DESCRIBE of an indexed agent requires Agent-ID, Principal-ID and Authority-Scope",
-                code="missing_agent_id",
+                code=ErrorCode.MISSING_AGENT_ID,
             )
         require_scope(
             req.identity, DISCOVERY_QUERY, method="DESCRIBE", task_id=req.task_id, audit=ctx.audit
@@ -63,10 +63,10 @@ class Describer:
         ):
             return
         if state == SUSPENDED:
-            raise Unavailable(f"agent {cid[:80]} is Suspended", code="agent_suspended")
+            raise Unavailable(f"agent {cid[:80]} is Suspended", code=ErrorCode.AGENT_SUSPENDED)
         tomb = self.ctx.store.tombstone(cid)
         when = f" since {tomb.issued_at}" if tomb else ""
-        raise Gone(f"agent {cid[:80]} is {state}{when}", code="agent_retired")
+        raise Gone(f"agent {cid[:80]} is {state}{when}", code=ErrorCode.AGENT_RETIRED)
 
     def jwks(self) -> dict[str, Any]:
         return {"keys": [self.ctx.key.public.jwk()]}

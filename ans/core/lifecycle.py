@@ -18,7 +18,7 @@ import structlog
 from ans.governance.audit import rfc3339
 from ans.governance.lifecycle import ACTIVE, RETIRED, check_transition, verify_event
 from ans.governance.policy import DISCOVERY_REGISTER, requester_fields, require_scope
-from ans.protocol.errors import AgtpError, Conflict, SignatureInvalid
+from ans.protocol.errors import AgtpError, Conflict, ErrorCode, SignatureInvalid
 from ans.protocol.messages import LifecycleRequest
 
 from ..audited import publish, require_writable
@@ -112,7 +112,7 @@ class LifecycleEvents:
                 if seen.canonical_id != cid or seen.event != ev.event or seen.issued_at != issued:
                     raise Conflict(
                         f"event_id {ev.event_id[:80]} was already used for another event",
-                        code="stale_event",
+                        code=ErrorCode.STALE_EVENT,
                     )
                 return self._result(seen, replayed=True), seen
             stored = store.get(cid)
@@ -124,7 +124,7 @@ class LifecycleEvents:
                 raise Conflict(
                     f"event issued at {ev.document['issued_at']} is not newer than the last "
                     f"applied event for this agent ({last.event} at {last.issued_at})",
-                    code="stale_event",
+                    code=ErrorCode.STALE_EVENT,
                 )
             target = ev.target_state
             reinstated = None
@@ -135,7 +135,7 @@ class LifecycleEvents:
                         f"the stored manifest of {cid[:80]} is signed by governance key "
                         f"{stored.signer_kid[:80]!r}, which is no longer trusted; re-ACTIVATE "
                         "with a manifest signed by a trusted key",
-                        code="signing_key_removed",
+                        code=ErrorCode.SIGNING_KEY_REMOVED,
                     )
                 profile = profile_from(stored.manifest, stored.capabilities)
                 reinstated = (profile, ctx.matcher.embed_profile(profile))

@@ -24,7 +24,14 @@ from ans.governance.lifecycle import (
 )
 from ans.governance.manifest import validate_capabilities, verify_manifest
 from ans.governance.policy import DISCOVERY_REGISTER, requester_fields, require_scope
-from ans.protocol.errors import AgtpError, Conflict, Gone, SignatureInvalid, UnknownSigningKey
+from ans.protocol.errors import (
+    AgtpError,
+    Conflict,
+    ErrorCode,
+    Gone,
+    SignatureInvalid,
+    UnknownSigningKey,
+)
 from ans.protocol.messages import ActivateRequest
 
 from ..audited import publish, require_writable
@@ -53,14 +60,14 @@ def check_admissible(
         raise Gone(
             f"agent {cid[:80]} is {tomb.state} (event {tomb.event_id}); "
             "its canonical id is retired and cannot be activated again",
-            code="agent_retired",
+            code=ErrorCode.AGENT_RETIRED,
         )
     if previous is None:
         return False
     if previous.lifecycle_state == SUSPENDED:
         raise Conflict(
             f"agent {cid[:80]} is Suspended; the governance platform must REINSTATE it",
-            code="agent_suspended",
+            code=ErrorCode.AGENT_SUSPENDED,
         )
     same = check_manifest_freshness(manifest, previous.manifest)
     return same and previous.capabilities == caps and previous.lifecycle_state == ACTIVE and indexed
@@ -267,5 +274,5 @@ class Registrar:
             raise SignatureInvalid(
                 f"manifest is signed by governance key {str(kid)[:80]!r}, which signed this "
                 "agent before but is no longer trusted",
-                code="signing_key_removed",
+                code=ErrorCode.SIGNING_KEY_REMOVED,
             ) from exc
