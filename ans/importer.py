@@ -356,7 +356,8 @@ def import_files(
             report.snapshot = service.save_snapshot(config.data_dir / INDEX_DIR, force=True)
             codes: dict[str, int] = {}
             for r in report.refused:
-                codes[r.code] = codes.get(r.code, 0) + 1
+                code = str(r.code)  # a plain str: orjson refuses str subclasses as keys
+                codes[code] = codes.get(code, 0) + 1
             service.audit.record(
                 "bulk_import",
                 files=[str(f) for f in files],

@@ -25,8 +25,10 @@ class ErrorCode(StrEnum):
     site that narrows it (``code=``) passes a member, never a string literal
     (``tests/protocol/test_protocol_error_codes.py`` scans the source). Members
     are ``str``: they compare equal to, and serialize (orjson, json, JCS) as,
-    their wire value. The README table "Error codes" lists exactly these
-    values (tested). Grouped by the status they are answered with.
+    their wire value; but orjson refuses them as dict *keys* ("Dict key must
+    be str"), so a code that becomes a key is ``str(code)`` first. The README
+    table "Error codes" lists exactly these values (tested). Grouped by the
+    status they are answered with.
     """
 
     # 400: framing, headers, envelope -------------------------------------------

@@ -114,6 +114,14 @@ def test_member_is_its_value_on_the_wire(code: ErrorCode) -> None:
         assert canonicalize(doc) == canonicalize(as_plain) == canonicalize_reference(doc)
 
 
+def test_member_as_a_dict_key_needs_str() -> None:
+    """orjson takes a member as a value but not as a key: the reason every code
+    that becomes a key (e.g. the import report's tally) is str() first."""
+    with pytest.raises(orjson.JSONEncodeError):
+        orjson.dumps({ErrorCode.RATE_LIMITED: 1})
+    assert orjson.dumps({str(ErrorCode.RATE_LIMITED): 1}) == b'{"rate_limited":1}'
+
+
 def test_error_object_carries_a_plain_str() -> None:
     exc = SignatureInvalid(
         "the signed refusal is for another task_id", code=ErrorCode.REFUSAL_MISMATCH
