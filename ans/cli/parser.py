@@ -1,0 +1,169 @@
+"""The ``ans`` argument parser: every command, its flags and their help."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+DEFAULT_SERVER = "http://127.0.0.1:4480"
+
+
+def _add_identity(p: argparse.ArgumentParser, scope: str) -> None:
+    p.add_argument(
+        "--server",
+        default=os.environ.get("ANS_SERVER", DEFAULT_SERVER),
+        help=f"ANS base URL (default {DEFAULT_SERVER}; env ANS_SERVER); "
+        "agtp[+cleartext]://HOST:PORT speaks the native framing to a --native-listen",
+    )
+    p.add_argument("--agent-id", default="agtp://localhost/agents/ans-cli", help="Agent-ID header")
+    p.add_argument("--principal-id", default=None, help="Principal-ID header (default: $USER)")
+    p.add_argument("--scope", default=scope, help=f"Authority-Scope header (default {scope!r})")
+    p.add_argument("--cacert", default=None, help="CA bundle for https and agtp servers")
+    p.add_argument("--timeout", type=float, default=10.0)
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="ans", description="ANS, the AGTP Agent Name Service")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("serve", help="run the ANS server")
+    s.add_argument("--listen", help="HOST:PORT (default 127.0.0.1:4480; port 0 picks a free one)")
+    s.add_argument(
+        "--native-listen",
+        metavar="HOST:PORT",
+        help="also serve the native AGTP/1.0 framing here (TLS 1.3 with the server's "
+        "certificate, else cleartext); peers reach it as agtp[+cleartext]://HOST:PORT",
+    )
+    s.add_argument("--data-dir", type=Path, help="where the registry, keys and audit log live")
+    s.add_argument(
+        "--governance-jwks",
+        type=Path,
+        action="append",
+        help="JWKS file of trusted governance-platform keys (repeatable)",
+    )
+    s.add_argument("--config", type=Path, help="TOML configuration file")
+    s.add_argument(
+        "--demo",
+        action="store_true",
+        default=None,
+        help="register the demo catalog (signed by a generated demo governance key)",
+    )
+    s.add_argument(
+        "--peer",
+        action="append",
+        metavar="TIER@URL",
+        help="federate with a peer ANS granted TIER (1-3); its key comes from "
+        "URL/.well-known/jwks.json (repeatable, e.g. --peer 2@http://127.0.0.1:4481)",
+    )
+    s.add_argument("--log-format", choices=["console", "json"])
+    s.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+
+    im = sub.add_parser(
+        "import",
+        help="bulk-register agents from JSON-lines files (same verification as ACTIVATE)",
+    )
+    im.add_argument(
+        "files",
+        nargs="+",
+        type=Path,
+        metavar="FILE.jsonl",
+        help='one ACTIVATE parameters object per line: {"manifest": ..., "capabilities": ...}',
+    )
+    im.add_argument("--data-dir", type=Path, help="the server's data directory")
+    im.add_argument("--config", type=Path, help="TOML configuration file")
+    im.add_argument(
+        "--governance-jwks",
+        type=Path,
+        action="append",
+        help="JWKS file of trusted governance-platform keys (repeatable)",
+    )
+    im.add_argument("--batch", type=int, default=2000, help="agents stored per transaction")
+    im.add_argument("--workers", type=int, help="verification processes (default: CPU count)")
+    im.add_argument("--strict", action="store_true", help="exit 1 when any line is refused")
+    im.add_argument("--refusals", type=int, default=20, help="refused lines to print (default 20)")
+
+    d = sub.add_parser("discover", help="send DISCOVER and print a verified, ranked table")
+    d.add_argument("intent", help="natural-language description of the needed capability")
+    _add_identity(d, "discovery:query")
+    d.add_argument("--trust-tier-min", type=int)
+    d.add_argument("--behavioral-trust-min", type=float)
+    d.add_argument("--zone", dest="governance_zone")
+    d.add_argument("--org-domain")
+    d.add_argument("--limit", type=int)
+    d.add_argument("--domains", help="capability_domains, comma-separated (e.g. tools,examples)")
+    d.add_argument("--scope-negotiate", action="store_true")
+    d.add_argument(
+        "--prefer",
+        dest="preferred_agent",
+        metavar="CANONICAL_ID",
+        help="preferred_agent: route to this agent, or to its most equivalent alternative",
+    )
+    d.add_argument("--json", action="store_true", help="print the full response body")
+
+    a = sub.add_parser("activate", help="register a signed manifest through ACTIVATE")
+    a.add_argument(
+        "manifest",
+        type=Path,
+        help='JSON file: a signed manifest, or {"manifest": ..., "capabilities": ...}',
+    )
+    a.add_argument("--capabilities", type=Path, help="JSON file with the Capability Document")
+    _add_identity(a, "discovery:register")
+
+    g = sub.add_parser("governance", help="act as a governance platform")
+    gsub = g.add_subparsers(dest="gov_command", required=True)
+    k = gsub.add_parser("keygen", help="generate an ES256 governance key and its public JWKS")
+    k.add_argument("--key", type=Path, required=True, help="private key PEM to write (mode 0600)")
+    k.add_argument("--jwks", type=Path, help="public JWKS to write (default KEY with .jwks.json)")
+    k.add_argument("--kid", help="key id (default: RFC 7638 thumbprint)")
+    sm = gsub.add_parser("sign-manifest", help="sign an Agent Manifest Document (JCS + ES256)")
+    sm.add_argument(
+        "manifest",
+        type=Path,
+        help='JSON file: a manifest, or {"manifest": ..., "capabilities": ...}',
+    )
+    sm.add_argument("--key", type=Path, required=True)
+    sm.add_argument("--kid", help="key id, if the JWKS used a custom one")
+    sm.add_argument("--out", type=Path, help="output file (default stdout)")
+
+    lc = sub.add_parser(
+        "lifecycle",
+        help="send a governance-signed lifecycle event (suspend, revoke, deprecate, reinstate)",
+    )
+    lc.add_argument("event", choices=["suspend", "revoke", "deprecate", "reinstate"])
+    lc.add_argument("canonical_id", help="the agent's canonical id")
+    lc.add_argument("--governance-key", type=Path, required=True, help="governance private key PEM")
+    lc.add_argument("--kid", help="key id, if the JWKS used a custom one")
+    lc.add_argument("--reason", help="reason code or text (kept in the audit log)")
+    lc.add_argument("--successor", help="successor_agent canonical id (deprecate only)")
+    lc.add_argument("--event-id", help="event id (default: a fresh random one)")
+    _add_identity(lc, "discovery:register")
+
+    pe = sub.add_parser("peers", help="federation peer tools")
+    pesub = pe.add_subparsers(dest="peers_command", required=True)
+    pc = pesub.add_parser(
+        "check",
+        help="ask every configured peer once, as a federated DISCOVER would "
+        "(key, answer, signature); exit 0 only if all of them pass",
+    )
+    pc.add_argument("--config", type=Path, help="TOML configuration file ([federation] peers)")
+    pc.add_argument(
+        "--peer",
+        action="append",
+        metavar="TIER@URL",
+        help="a peer as for ans serve --peer (repeatable; replaces the file's peers)",
+    )
+    pc.add_argument("--intent", default=None, help="the probe's intent (default: a fixed text)")
+    pc.add_argument(
+        "--agent-id", default="agtp://localhost/agents/ans-peers-check", help="Agent-ID header"
+    )
+    pc.add_argument("--principal-id", default=None, help="Principal-ID header (default: $USER)")
+    pc.add_argument("--scope", default="discovery:query", help="Authority-Scope header")
+    pc.add_argument("--json", action="store_true", help="one JSON object per peer, as a list")
+
+    au = sub.add_parser("audit", help="audit log tools")
+    ausub = au.add_subparsers(dest="audit_command", required=True)
+    av = ausub.add_parser("verify", help="check the audit log's hash chain (exit 0 only if intact)")
+    av.add_argument("--data-dir", type=Path, default=Path("ans-data"))
+    av.add_argument("--file", type=Path, help="audit log path (default DATA_DIR/audit.jsonl)")
+    return ap

@@ -1,0 +1,98 @@
+"""``ans serve`` and ``ans import``: the commands that run on the server's
+own data directory (start the server; bulk-register agents offline)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..config import ConfigError
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from ans.federation.peers import PeerConfigError, parse_peer_flag
+
+    from .. import config as config_mod
+    from ..preflight import check_serve
+    from ..server import build_service, configure_logging, serve_forever
+
+    try:
+        peers = tuple(parse_peer_flag(p) for p in args.peer or ())
+    except PeerConfigError as exc:
+        raise ConfigError(str(exc)) from None
+    cfg = config_mod.load(
+        args.config,
+        listen=args.listen,
+        native_listen=args.native_listen,
+        data_dir=args.data_dir,
+        governance_jwks=tuple(args.governance_jwks) if args.governance_jwks else None,
+        demo=args.demo,
+        log_format=args.log_format,
+        log_level=args.log_level,
+        peers=peers or None,
+    )
+    check_serve(cfg)  # a wrong path, file or port is one line, before any start-up work
+    from .. import drain
+    from ..http2_defences import UnsupportedHypercorn
+
+    try:
+        drain.install()  # the HTTP/2 defences: only on the hypercorn they were written for
+    except UnsupportedHypercorn as exc:
+        print(f"ans: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(cfg.log_level, cfg.log_format)
+    built = build_service(cfg)
+    if built.demo_key is not None:
+        from ..demo import activate_demo
+
+        n = activate_demo(built.service, built.demo_key)
+        print(
+            f"ANS demo catalog: {n} agents activated (demo governance kid {built.demo_key.kid})",
+            flush=True,
+        )
+    serve_forever(built.service, cfg, gate=built.gate, freshness=built.freshness, lock=built.lock)
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    """Exit 0 when at least one line was imported (or was already there,
+    unchanged) and nothing crashed; 1 when no line was accepted, or with
+    --strict any refused; 2 on usage errors (bad flags, unreadable files,
+    data directory in use)."""
+    from .. import config as config_mod
+    from ..importer import import_files
+    from ..preflight import check_data_dir
+    from ..server import configure_logging
+
+    if args.batch < 1 or (args.workers is not None and args.workers < 1):
+        raise ConfigError("--batch and --workers must be at least 1")
+    for f in args.files:
+        if not f.is_file():
+            raise ConfigError(f"no such file: {f}")
+    cfg = config_mod.load(
+        args.config,
+        data_dir=args.data_dir,
+        governance_jwks=tuple(args.governance_jwks) if args.governance_jwks else None,
+    )
+    check_data_dir(cfg.data_dir)  # a mistyped --data-dir must not become a fresh registry
+    configure_logging("warning", cfg.log_format)
+    report = import_files(cfg, args.files, batch=args.batch, workers=args.workers)
+    for r in report.refused[: args.refusals]:
+        print(
+            f"{r.file}:{r.line}: {r.status} {r.code}: {r.message} ({r.canonical_id[:80]})",
+            file=sys.stderr,
+        )
+    if len(report.refused) > args.refusals:
+        print(
+            f"... {len(report.refused) - args.refusals} more refused lines "
+            "(all in the audit log: activation_refused)",
+            file=sys.stderr,
+        )
+    print(
+        f"imported {report.imported}, unchanged {report.unchanged}, "
+        f"refused {len(report.refused)}, {report.rate:.0f} agents/s"
+        + (", index snapshot written" if report.snapshot else "")
+    )
+    if args.strict and report.refused:
+        return 1
+    return 0 if report.imported + report.unchanged > 0 else 1
