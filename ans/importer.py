@@ -336,8 +336,8 @@ def import_files(
 ) -> ImportReport:
     """Lock the data directory, load the registry and index, import, write the
     index snapshot, record the run in the audit log."""
+    from .datadir_lock import DataDirLock
     from .server import INDEX_DIR, build_offline_service
-    from .store import DataDirLock
 
     lock = DataDirLock.acquire(config.data_dir, "ans import")
     try:

@@ -43,6 +43,7 @@ from .ann import AnnSettings
 from .app import AnsApp
 from .audited import recover as recover_audit
 from .config import Config, ConfigError
+from .datadir_lock import DataDirLock
 from .freshness_runner import FreshnessRunner
 from .gate import RequestGate
 from .matcher import (
@@ -59,7 +60,7 @@ from .native_server import SCHEME_CLEARTEXT, SCHEME_TLS, NativeListener, native_
 from .outbox import Outbox
 from .preflight import open_registry
 from .service import AnsService, Clock, utc_now
-from .store import DataDirLock, RegistryStore, SQLiteStore
+from .store import RegistryStore, SQLiteStore
 
 SIGNING_KEY_FILE = "ans-signing-key.pem"
 DEMO_GOVERNANCE_KEY_FILE = "demo-governance-key.pem"

@@ -22,24 +22,47 @@ Every state change carries its audit record into the same transaction (the
 ``ans.audited`` appends the record to the audit log after the commit, or at
 the next start-up after a crash. A write that fails for lack of storage (disk
 full, I/O error) is rolled back and raised as 503 ``storage_unavailable``.
+
+This module owns the SQLite schema, its migrations and ``SQLiteStore``; the
+record types and the ``RegistryStore`` protocol are in ``store_records.py``
+(re-exported here), the data directory's lock in ``datadir_lock.py``.
 """
 
 from __future__ import annotations
 
-import fcntl
-import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import Any
 
 import orjson
 import structlog
 
 from ans.protocol.errors import StorageUnavailable
+
+from .store_records import (
+    AuditEntry,
+    EventRecord,
+    IndexRow,
+    RegistryStore,
+    StoredAgent,
+    Tombstone,
+    gate_columns,
+)
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "AuditEntry",
+    "EventRecord",
+    "IndexRow",
+    "RegistryStore",
+    "SQLiteStore",
+    "StoredAgent",
+    "Tombstone",
+    "gate_columns",
+]
 
 log = structlog.get_logger("ans.store")
 
@@ -58,104 +81,6 @@ _UPSERT = """INSERT INTO agents (canonical_id, manifest, capabilities, lifecycle
                behavioral_trust_score=excluded.behavioral_trust_score,
                governance_zone=excluded.governance_zone, org_domain=excluded.org_domain,
                required_scope=excluded.required_scope, change_seq=excluded.change_seq"""
-
-
-@dataclass(frozen=True, slots=True)
-class StoredAgent:
-    canonical_id: str
-    manifest: dict[str, Any]
-    capabilities: dict[str, Any]
-    lifecycle_state: str
-    signer_kid: str
-    registered_at: str
-    updated_at: str
-
-
-@dataclass(frozen=True, slots=True)
-class IndexRow:
-    """What the in-memory registry needs of one Active agent (no JSON decoded)."""
-
-    canonical_id: str
-    signer_kid: str
-    trust_tier: int
-    behavioral_trust_score: float
-    governance_zone: str
-    org_domain: str  # lowercased
-    required_scope: str
-
-
-def gate_columns(
-    manifest: dict[str, Any], capabilities: dict[str, Any]
-) -> tuple[int, float, str, str, str]:
-    """(trust_tier, behavioral_trust_score, governance_zone, org_domain lowercased,
-    required_scope) exactly as the registry derives them from a verified manifest."""
-    required = capabilities.get("required_scope") or " ".join(
-        manifest["authority_scope_categories"]
-    )
-    return (
-        int(manifest["trust_tier"]),
-        float(manifest["behavioral_trust_score"]),
-        str(manifest["governance_zone"]),
-        str(manifest["org_domain"]).lower(),
-        str(required),
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class EventRecord:
-    """A lifecycle event that was applied (kept for replay detection and history)."""
-
-    event_id: str
-    canonical_id: str
-    event: str
-    issued_at: str
-    applied_at: str
-    signer_kid: str
-    state_before: str | None
-    state_after: str
-    document: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Tombstone:
-    canonical_id: str
-    state: str
-    event_id: str
-    issued_at: str
-    reason: str | None
-    recorded_at: str
-
-
-# An audit record not yet chained (AuditLog.entry), committed with its change.
-AuditEntry = Mapping[str, Any]
-
-
-class RegistryStore(Protocol):
-    def upsert(self, agent: StoredAgent, audit: AuditEntry | None = None) -> int | None: ...
-    def upsert_many(
-        self, agents: Sequence[StoredAgent], audit: AuditEntry | None = None
-    ) -> int | None: ...
-    def get(self, canonical_id: str) -> StoredAgent | None: ...
-    def get_many(self, canonical_ids: Iterable[str]) -> dict[str, StoredAgent]: ...
-    def iter_active(self) -> Iterator[StoredAgent]: ...
-    def iter_index_rows(self) -> Iterator[IndexRow]: ...
-    def changed_since(self, seq: int) -> Iterator[StoredAgent]: ...
-    def max_seq(self) -> int: ...
-    def apply_lifecycle(
-        self,
-        event: EventRecord,
-        updated_at: str,
-        tombstone: Tombstone | None,
-        audit: AuditEntry | None = None,
-    ) -> int | None: ...
-    def audit_outbox(self) -> list[tuple[int, dict[str, Any]]]: ...
-    def trim_audit_outbox(self, upto: int) -> None: ...
-    def get_event(self, event_id: str) -> EventRecord | None: ...
-    def last_event(self, canonical_id: str) -> EventRecord | None: ...
-    def tombstone(self, canonical_id: str) -> Tombstone | None: ...
-    def withdrawn(self) -> dict[str, str]: ...
-    def count(self) -> int: ...
-    def close(self) -> None: ...
 
 
 class SQLiteStore:
@@ -549,46 +474,3 @@ class SQLiteStore:
             self._reader.close()
         with self._lock:
             self._db.close()
-
-
-LOCK_FILE = "ans.lock"
-
-
-class DataDirBusy(OSError):
-    """Another process (a server or an import) holds the data directory."""
-
-
-class DataDirLock:
-    """An exclusive advisory lock (flock) on ``DATA/ans.lock``: ``ans serve``
-    and ``ans import`` never work on the same registry at once. The kernel
-    drops it when the process dies, so a killed server leaves no stale lock."""
-
-    def __init__(self, fh: IO[str], path: Path) -> None:
-        self._fh: IO[str] | None = fh
-        self.path = path
-
-    @classmethod
-    def acquire(cls, data_dir: Path, holder: str) -> DataDirLock:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        path = data_dir / LOCK_FILE
-        fh = open(path, "a+", encoding="utf-8")  # held until release()
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fh.seek(0)
-            who = fh.read().strip()[:200] or "another process"
-            fh.close()
-            raise DataDirBusy(
-                f"data directory {data_dir} is in use ({who}); stop it first"
-            ) from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(f"{holder} pid {os.getpid()}\n")
-        fh.flush()
-        return cls(fh, path)
-
-    def release(self) -> None:
-        if self._fh is not None:
-            fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
-            self._fh.close()
-            self._fh = None

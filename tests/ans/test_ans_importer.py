@@ -33,13 +33,14 @@ from ans.protocol.scope import parse_authority_scope
 
 from ans.cli import main as cli_main
 from ans.config import Config
+from ans.datadir_lock import DataDirBusy, DataDirLock
 from ans.importer import import_files
 from ans.matcher import CapabilityIndex
 from ans.ranking import rank_score, sort_key
 from ans.registry import AgentEntry
 from ans.server import profile_source
 from ans.service import AnsService
-from ans.store import DataDirBusy, DataDirLock, SQLiteStore, StoredAgent
+from ans.store import SQLiteStore, StoredAgent
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 GOV = Identity(
