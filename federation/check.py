@@ -26,8 +26,9 @@ from ans.governance.audit import AuditLog
 from ans.governance.policy import ZonePolicy
 from ans.protocol.messages import AGTP_VERSION, CONTENT_TYPE, Limits, parse_discover
 
-from .federator import Federator, Plan
+from .federator import Federator
 from .peers import FederationSettings, Peer
+from .plan import Plan
 from .transport import PeerTransport
 
 # The id this checker puts on the federation path: not a key id, so no peer

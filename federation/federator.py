@@ -9,16 +9,18 @@ candidates plus one warning per peer that failed, misbehaved or was skipped
 (:mod:`.health`: a peer that keeps timing out or refusing connections is
 left out for a while, then probed); :meth:`Federator.gather` is both in one.
 Every forward and every drop is an audit record, and so is every peer being
-skipped or restored. :func:`merge` de-duplicates (local wins), re-ranks with
-the caller's formula and cuts to ``limit``.
+skipped or restored. :func:`~.merge.merge` de-duplicates (local wins),
+re-ranks with the caller's formula and cuts to ``limit``.
+
+This module owns the deciding and the asking (and the audit of both); the
+forward's data types are in ``plan.py``, the merge in ``merge.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -37,9 +39,9 @@ from ans.protocol.messages import (
 from .health import DOWN_CODES, PeerHealth, Skip
 from .peer_keys import PeerKeyCache, PeerKeyUnavailable
 from .peers import FederationSettings, Peer
+from .plan import Dispatched, Fanout, Gathered, Plan, SentOnce
 from .transport import PeerError, PeerTransport
 from .verify import (
-    Candidate,
     Expectation,
     PeerKeyMismatch,
     VerifiedAnswer,
@@ -74,83 +76,6 @@ WARNING_CODES = frozenset(
 )
 # Failures that say nothing about whether the peer is up.
 NEUTRAL_CODES = frozenset({"peer_key_unavailable", "peer_on_path"})
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    peers: tuple[tuple[int, Peer], ...]
-    deadline: float
-    path: tuple[str, ...]  # the path we send: the incoming one plus us
-    skipped: tuple[tuple[Peer, Skip], ...] = ()  # eligible, but left out for now
-    probes: frozenset[str] = frozenset()  # URLs of peers asked to end a skip period
-    # The caller's AGTP-Federation-Budget-Ms cut the deadline short: a peer
-    # timing out then says nothing about the peer (and must not let a caller
-    # get a peer skipped for everyone by sending tiny budgets).
-    budget_limited: bool = False
-
-
-class Dispatched:
-    """Set once every peer of a fan-out has its request on the way (or failed
-    before). Lets the caller do CPU-bound local work after the peers were
-    asked, on the event loop, instead of racing them for the GIL."""
-
-    def __init__(self) -> None:
-        self._left = 0
-        self._event = asyncio.Event()
-
-    def expect(self, n: int) -> None:
-        self._left = n
-        if n == 0:
-            self._event.set()
-
-    def one_sent(self) -> None:
-        self._left -= 1
-        if self._left <= 0:
-            self._event.set()
-
-    @property
-    def done(self) -> bool:
-        return self._event.is_set()
-
-    async def wait(self, timeout: float) -> bool:
-        """True when every request went out within ``timeout`` seconds."""
-        try:
-            async with asyncio.timeout(timeout):
-                await self._event.wait()
-        except TimeoutError:
-            return False
-        return True
-
-
-class _SentOnce:
-    """Counts one peer as dispatched, once, whichever path it takes."""
-
-    __slots__ = ("_dispatched",)
-
-    def __init__(self, dispatched: Dispatched | None) -> None:
-        self._dispatched = dispatched
-
-    def __call__(self) -> None:
-        if self._dispatched is not None:
-            d, self._dispatched = self._dispatched, None
-            d.one_sent()
-
-
-@dataclass
-class Gathered:
-    candidates: list[Candidate] = field(default_factory=list)
-    warnings: list[dict[str, str]] = field(default_factory=list)
-
-
-@dataclass
-class Fanout:
-    """Peer requests under way (:meth:`Federator.start`), to be collected."""
-
-    req: DiscoverRequest
-    plan: Plan
-    out: Gathered
-    tasks: dict[asyncio.Task[tuple[VerifiedAnswer, float]], Peer]
-    started: float  # loop time
 
 
 class Federator:
@@ -341,7 +266,7 @@ class Federator:
         loop = asyncio.get_running_loop()
         started = loop.time()
         timeout = min(peer.timeout or self.settings.peer_timeout, plan.deadline)
-        sent = _SentOnce(dispatched)
+        sent = SentOnce(dispatched)
         try:
             async with asyncio.timeout(timeout):  # no extra task, unlike wait_for
                 answer = await self._ask_once(
@@ -487,52 +412,3 @@ class Federator:
             granted_trust_tier=peer.tier,
             **fields,
         )
-
-
-# -- merge --------------------------------------------------------------------------------
-
-
-Score = Callable[[int, float, float], float]
-
-
-@dataclass(frozen=True, slots=True)
-class MergedResult:
-    """A merged result before numbering: local (route ()) or federated."""
-
-    rank_score: float
-    canonical_id: str
-    item: Mapping[str, Any]
-    route: tuple[str, ...] = ()
-
-
-def merge(
-    local: list[MergedResult],
-    known_local: Callable[[str], bool],
-    candidates: Iterable[Candidate],
-    score: Score,
-) -> list[MergedResult]:
-    """Local results plus federated candidates: one entry per canonical_id
-    (a locally indexed agent always wins), re-scored with our formula,
-    sorted by (rank_score desc, canonical_id). The caller cuts to ``limit``."""
-    best: dict[str, tuple[tuple[float, int, int], MergedResult]] = {}
-    for c in candidates:
-        if known_local(c.canonical_id):
-            continue
-        s = score(c.trust_tier, c.behavioral_trust_score, c.capability_match_score)
-        key = (-s, c.trust_tier, c.peer_index)
-        held = best.get(c.canonical_id)
-        if held is None or key < held[0]:
-            best[c.canonical_id] = (key, MergedResult(s, c.canonical_id, c.item, c.route))
-    merged = [*local, *(r for _, r in best.values())]
-    merged.sort(key=lambda r: (-r.rank_score, r.canonical_id))
-    return merged
-
-
-def result_path(self_id: str, returned: Iterable[MergedResult]) -> list[str]:
-    """This ANS first, then every ANS a returned entry travelled through."""
-    path = [self_id]
-    for r in returned:
-        for ans_id in r.route:
-            if ans_id not in path:
-                path.append(ans_id)
-    return path

@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from ans.federation.federator import Dispatched, Gathered, MergedResult, merge, result_path
+from ans.federation.merge import MergedResult, merge, result_path
+from ans.federation.plan import Dispatched, Gathered
 from ans.governance.audit import rfc3339
 from ans.governance.policy import (
     DISCOVERY_QUERY,
