@@ -99,7 +99,7 @@ class AnsApp:
         # CPU seconds of the serving thread: what a request cost its address
         self.cpu_clock = cpu_clock
         # Open mode with the configured rate limits unless a gate is given
-        # (server.build_gate makes the token/mTLS one).
+        # (wiring.build_gate makes the token/mTLS one).
         self.gate = gate or RequestGate(
             service.config, service.audit, service.manifest["canonical_id"], clock=service.clock
         )

@@ -337,7 +337,7 @@ def import_files(
     """Lock the data directory, load the registry and index, import, write the
     index snapshot, record the run in the audit log."""
     from .datadir_lock import DataDirLock
-    from .server import INDEX_DIR, build_offline_service
+    from .wiring import INDEX_DIR, build_offline_service
 
     lock = DataDirLock.acquire(config.data_dir, "ans import")
     try:

@@ -107,8 +107,8 @@ def measure(
 
 
 def from_snapshot(args: argparse.Namespace, argv: list[str] | None) -> int:
-    from ans.server import profile_source
     from ans.store import SQLiteStore
+    from ans.wiring import profile_source
 
     store = SQLiteStore(args.data_dir / "registry.sqlite3")
     settings = AnnSettings(exact_max=args.exact_max, nprobe=args.nprobe, candidates=args.candidates)

@@ -54,9 +54,10 @@ from ans.client import AgtpClient, verify_discover_result  # noqa: E402
 from ans.config import Config  # noqa: E402
 from ans.demo import demo_manifest  # noqa: E402
 from ans.matcher import WEIGHTS  # noqa: E402
-from ans.server import build_service, configure_logging  # noqa: E402
+from ans.server import configure_logging  # noqa: E402
 from ans.service import AnsService  # noqa: E402
 from ans.text import split_label  # noqa: E402
+from ans.wiring import build_service  # noqa: E402
 from tools.launcher import start_server, stop_server  # noqa: E402
 
 GOV = Identity(

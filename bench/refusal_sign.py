@@ -60,7 +60,8 @@ from ans.gate import (
     RequestGate,
 )
 from ans.refusals import refusal_object, sign_refusal
-from ans.server import build_service, configure_logging
+from ans.server import configure_logging
+from ans.wiring import build_service
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADERS = {

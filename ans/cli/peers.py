@@ -27,8 +27,9 @@ def cmd_peers_check(args: argparse.Namespace) -> int:
     from ans.governance.policy import ZonePolicy
 
     from .. import config as config_mod
-    from ..server import configure_logging, peer_transport
+    from ..server import configure_logging
     from ..service import utc_now
+    from ..wiring import peer_transport
 
     try:
         flags = tuple(parse_peer_flag(p) for p in args.peer or ())

@@ -14,7 +14,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from .. import config as config_mod
     from ..preflight import check_serve
-    from ..server import build_service, configure_logging, serve_forever
+    from ..server import configure_logging, serve_forever
+    from ..wiring import build_service
 
     try:
         peers = tuple(parse_peer_flag(p) for p in args.peer or ())

@@ -38,9 +38,9 @@ from ans.importer import import_files
 from ans.matcher import CapabilityIndex
 from ans.ranking import rank_score, sort_key
 from ans.registry import AgentEntry
-from ans.server import profile_source
 from ans.service import AnsService
 from ans.store import SQLiteStore, StoredAgent
+from ans.wiring import profile_source
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 GOV = Identity(

@@ -26,8 +26,8 @@ from ans.examples_index import ExampleBlocks
 from ans.index.int8_rows import quantize
 from ans.lexical import K1, B, LexicalIndex
 from ans.matcher import CapabilityIndex, profile_from
-from ans.server import build_service
 from ans.text import candidate_tags, normalize_tag, segments, split_label, words
+from ans.wiring import build_service
 
 UNRELATED = [
     "Translate this paragraph from English into German.",

@@ -17,7 +17,7 @@ from ans.client import verify_discover_result
 from ans.config import Config, ConfigError
 from ans.demo import activate_demo, load_catalog
 from ans.relevance import FITTED, RelevanceGate, part_features, whole_features
-from ans.server import build_service
+from ans.wiring import build_service
 
 README_SOLIDITY = (
     "Audit Solidity smart contracts for reentrancy, overflow, and access control misconfiguration"

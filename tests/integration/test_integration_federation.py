@@ -32,7 +32,8 @@ from hypercorn.asyncio import serve
 from ans.cli import main
 from ans.client import AgtpClient, verify_discover_result
 from ans.config import Config
-from ans.server import build_service, hypercorn_config
+from ans.server import hypercorn_config
+from ans.wiring import build_service
 
 pytestmark = pytest.mark.integration
 

@@ -37,7 +37,7 @@ from ans.cli import main
 from ans.client import AgtpClient, NativeAgtpClient, connect, verify_discover_result
 from ans.config import Config
 from ans.native_server import NativeListener
-from ans.server import build_service
+from ans.wiring import build_service
 from tools.launcher import RunningServer
 
 pytestmark = pytest.mark.integration
