@@ -525,7 +525,7 @@ SKIPPING = FederationSettings(
 )
 
 
-def skipping_world(world: World, timeout: float = 0.05) -> tuple[AnsService, FakePeer]:
+def skipping_world(world: World, timeout: float = 0.5) -> tuple[AnsService, FakePeer]:
     b = world.ans("b", solidity("remote-auditor"))
     fake = world.serve("http://b", b)
     peer = Peer("http://b", 2, timeout=timeout)
