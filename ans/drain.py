@@ -45,6 +45,9 @@ from .http2_defences.hooks import installed, patch
 
 ACK_WAIT = 1.0  # s: a client that does not read (an idle pooled connection) acknowledges nothing
 UNREAD_RECHECK = 0.05  # s: past ACK_WAIT, how often a connection with unread bytes is looked at
+# s: the most the wait is extended for unread bytes (a connection whose reader
+# has stopped would otherwise hold the drain until graceful_timeout)
+UNREAD_MAX = 5.0
 PING_TOKEN = b"ans-stop"
 
 
@@ -126,6 +129,8 @@ async def finish_http2(server: Any) -> None:
         ctx.pinged = True
         proto.connection.ping(PING_TOKEN)
         await proto._flush()
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + ACK_WAIT + UNREAD_MAX
     wait = ACK_WAIT
     while True:
         try:
@@ -134,8 +139,8 @@ async def finish_http2(server: Any) -> None:
         except TimeoutError:
             # No ACK yet. A busy server may not have read what the client sent
             # before the stop (its requests, the ACK itself): while such bytes
-            # wait, the connection is not idle. graceful_timeout bounds this.
-            if not has_unread_bytes(server):
+            # wait, the connection is not idle, for UNREAD_MAX at most.
+            if loop.time() >= give_up or not has_unread_bytes(server):
                 break
             wait = UNREAD_RECHECK
     await ctx.terminated.set()  # hypercorn refuses new streams from now on
