@@ -62,6 +62,9 @@ class ConnectionContext:
         self.terminated = worker.event_class()
         self.pinged = False
         self.acked = asyncio.Event()
+        # The highest stream id whose request hypercorn has taken (a batch of
+        # events h2 has parsed may still be on its way to it).
+        self.started = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.worker, name)
@@ -84,6 +87,10 @@ def install() -> None:
             await handle_events(self, events)
             # After the batch: the requests read with the ACK have been started.
             ctx = self.context
+            if isinstance(ctx, ConnectionContext):
+                for e in events:
+                    if isinstance(e, h2.events.RequestReceived) and e.stream_id > ctx.started:
+                        ctx.started = e.stream_id
             if isinstance(ctx, ConnectionContext) and ctx.pinged and any(
                 isinstance(e, h2.events.PingAckReceived) and e.ping_data == PING_TOKEN
                 for e in events
@@ -143,6 +150,11 @@ async def finish_http2(server: Any) -> None:
             if loop.time() >= give_up or not has_unread_bytes(server):
                 break
             wait = UNREAD_RECHECK
+    # Requests h2 has parsed but hypercorn has not taken yet (the rest of a
+    # batch): not idle. Taking them cancels this; otherwise they are refused
+    # below the GOAWAY's last stream id, which would say they were processed.
+    while proto.connection.highest_inbound_stream_id > ctx.started and loop.time() < give_up:
+        await asyncio.sleep(UNREAD_RECHECK)
     await ctx.terminated.set()  # hypercorn refuses new streams from now on
     last = proto.connection.highest_inbound_stream_id
     await proto._flush()
