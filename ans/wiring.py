@@ -197,19 +197,8 @@ def build_service(
             min_capability_match=config.relevance.threshold,
             clock=clock,
         )
-    recover_audit(store, audit)  # committed changes a crash left without their record
-    matcher, snapshot = load_index(
-        data / INDEX_DIR, embedder or WordLlamaEmbedder(), store, config.index
-    )
-    service = AnsService(
-        config=config,
-        store=store,
-        matcher=matcher,
-        signing_key=signing_key,
-        governance_keys=trusted,
-        audit=audit,
-        clock=clock,
-        federator=federator,
+    service, snapshot = _assemble(
+        config, store, audit, signing_key, trusted, embedder, clock, federator
     )
     n = service.load(snapshot)
     if snapshot is None:
@@ -277,9 +266,26 @@ def build_offline_service(
     faiss.omp_set_num_threads(1)
     store = SQLiteStore(data / REGISTRY_FILE)
     audit = AuditLog(data / "audit.jsonl", clock, fsync=config.audit_fsync)
-    recover_audit(store, audit)
+    service, snapshot = _assemble(config, store, audit, signing_key, trusted, embedder, clock)
+    service.load(snapshot)
+    return service, trusted
+
+
+def _assemble(
+    config: Config,
+    store: SQLiteStore,
+    audit: AuditLog,
+    signing_key: SigningKey,
+    trusted: TrustedKeys,
+    embedder: Embedder | None,
+    clock: Clock,
+    federator: Federator | None = None,
+) -> tuple[AnsService, Any]:
+    """Complete what a crash left unaudited, open the index (its snapshot, if
+    usable) and build the service over them; the caller loads it."""
+    recover_audit(store, audit)  # committed changes a crash left without their record
     matcher, snapshot = load_index(
-        data / INDEX_DIR, embedder or WordLlamaEmbedder(), store, config.index
+        config.data_dir / INDEX_DIR, embedder or WordLlamaEmbedder(), store, config.index
     )
     service = AnsService(
         config=config,
@@ -289,6 +295,6 @@ def build_offline_service(
         governance_keys=trusted,
         audit=audit,
         clock=clock,
+        federator=federator,
     )
-    service.load(snapshot)
-    return service, trusted
+    return service, snapshot
