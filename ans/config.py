@@ -107,9 +107,12 @@ class Config:
     # the weight of a compound intent's best part.
     relevance_gate: str = "calibrated"
     min_capability_match: float = 0.05
-    min_relevance: float = 0.04
+    min_relevance: float = 0.005
     relevance_part_weight: float = 0.1
-    strong_match: float = 0.25
+    strong_match: float = 0.35
+    # The shortlist (a share of the request's limit) and the near-best share.
+    relevance_shortlist: float = 0.5
+    near_best: float = 0.9
     # Routing alternatives (preferred_agent): the least equivalent_confidence
     # an alternative must have to replace an unavailable preferred agent.
     min_equivalent_confidence: float = 0.2
@@ -135,6 +138,8 @@ class Config:
             min_capability_match=self.min_capability_match,
             part_weight=self.relevance_part_weight,
             strong_match=self.strong_match,
+            shortlist=self.relevance_shortlist,
+            near_best=self.near_best,
         )
 
     @property
@@ -168,6 +173,10 @@ class Config:
             raise ConfigError("part_weight must be in [0, 1]")
         if not 0.0 <= self.strong_match <= 1.0:
             raise ConfigError("strong_match must be in [0, 1]")
+        if not 0.0 <= self.relevance_shortlist <= 10.0:
+            raise ConfigError("shortlist must be in [0, 10] (a share of the request's limit)")
+        if not 0.0 <= self.near_best <= 1.0:
+            raise ConfigError("near_best must be in [0, 1]")
         if not 0.0 <= self.min_equivalent_confidence <= 1.0:
             raise ConfigError("min_equivalent_confidence must be in [0, 1]")
         if (self.tls_certfile is None) != (self.tls_keyfile is None):
@@ -287,6 +296,8 @@ _SECTIONS = {
         "min_relevance",
         "part_weight",
         "strong_match",
+        "shortlist",
+        "near_best",
         "max_body_bytes",
         "min_equivalent_confidence",
     },
@@ -298,6 +309,7 @@ _RENAMED: dict[tuple[str, str], str] = {
     ("auth", "mode"): "auth_mode",
     ("auth", "forwarders"): "auth_forwarders",
     ("discovery", "part_weight"): "relevance_part_weight",
+    ("discovery", "shortlist"): "relevance_shortlist",
     ("zones", "restricted"): "restricted_zones",
     ("zones", "public"): "public_zones",
     ("zones", "unlisted"): "unlisted_zones",

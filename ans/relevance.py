@@ -14,12 +14,19 @@ capability evidence alone (DESIGN.md, "What counts as a match"):
    p_part)``, so an agent that does one part well is still a match.
 2. **The gate.** An agent is a match when its capability_match_score is at
    least ``min_relevance`` *and* its fused score is at least the raw floor
-   ``min_capability_match``. A fused score of at least ``strong_match`` is
-   capable on its own evidence: its capability_match_score is raised to
-   ``min_relevance``, so a relevant runner-up is never gated out because a
-   star matches better. The gate is a predicate on the published
-   score, so a caller can check every answer, and federation applies the
-   very same predicate to peers' results and to the merged set.
+   ``min_capability_match`` (both predicates on published or evidence scores,
+   so a caller can check them), *and* it is on the query's **shortlist**:
+   among the agents that pass those and every hard gate (zone, tier, scope),
+   the ``ceil(shortlist * limit)`` best by capability_match_score, ties
+   included. Trust decides the order of a shortlist, never its membership:
+   a capable agent cannot be crowded out by trusted agents that merely
+   clear the threshold. Two kinds of agents are matches whatever their place
+   on the shortlist: a fused score of at least ``strong_match`` (capable on
+   its own evidence; its capability_match_score is also raised to
+   ``min_relevance``), and a fused score within ``near_best`` of the best
+   one (twenty replicas, or near-replicas, of the best agent all stay
+   matches, and trust picks among them). Federation applies the published
+   threshold to peers' results and the shortlist to the merged set.
 
 The model has no rank feature on purpose: twenty replicas of one agent all
 keep the probability of the first one (a rank feature would admit only a few).
@@ -27,12 +34,14 @@ keep the probability of the first one (a rank feature would admit only a few).
 The coefficients were fitted by ``bench/relevance_fit.py`` on the MetaTool
 *example tasks* only (two folds: half of each tool's examples indexed, the
 other half asked), never on the evaluation queries; the script reproduces
-them and chose ``min_relevance`` and ``part_weight`` by cross-fitting on the
-two folds (bench/results/relevance_fit.json).
+them and chose ``min_relevance``, ``part_weight``, ``shortlist`` and
+``strong_match`` by cross-fitting on the two folds (bench/results/relevance_fit.json);
+``near_best`` is a priori.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -171,13 +180,19 @@ class RelevanceGate:
     for comparison and for operators who rank a catalog of near-equals."""
 
     kind: str = "calibrated"
-    min_relevance: float = 0.04  # least capability_match_score of a match
+    min_relevance: float = 0.005  # least capability_match_score of a match
     min_capability_match: float = 0.05  # least fused score of a match (the raw floor)
     part_weight: float = 0.1  # weight of a compound intent's best part
     # A fused score this high is capable on its own evidence, however much
     # better another agent matches: its capability_match_score is raised to
-    # min_relevance (a relevant runner-up is never gated out by a star).
-    strong_match: float = 0.25
+    # min_relevance and it is a match whatever its place on the shortlist.
+    strong_match: float = 0.35
+    # The shortlist: the ceil(shortlist * limit) agents with the best
+    # capability_match_score (ties included); 0 turns it off.
+    shortlist: float = 0.5
+    # A fused score at least this share of the best fused score is a match
+    # whatever its place on the shortlist (replicas of the best agent).
+    near_best: float = 0.9
     model: RelevanceModel = FITTED
 
     def scores(
@@ -189,23 +204,55 @@ class RelevanceGate:
         return out
 
     def admits(self, capability_match_score: float) -> bool:
-        """The gate on a published score (a peer's result, the merged set)."""
+        """The threshold on a published score (a peer's result, the merged set)."""
         return capability_match_score >= self.threshold
+
+    def shortlist_size(self, limit: int) -> int | None:
+        """How many agents the shortlist of a request with ``limit`` holds
+        (ties aside); None when this gate has no shortlist."""
+        if self.kind != "calibrated" or self.shortlist <= 0:
+            return None
+        return max(1, math.ceil(self.shortlist * limit - 1e-9))
+
+    def shortlisted(self, cms: Floats, fused: Floats | None, limit: int) -> npt.NDArray[np.bool_]:
+        """Which of these candidates (every one past the threshold and the hard
+        gates) are on the shortlist: the :meth:`shortlist_size` best published
+        capability_match_scores, ties included, plus every strong or near-best
+        match (``fused``: their fused scores; None for a merged set, whose
+        peers publish no fused score)."""
+        keep = np.ones(len(cms), dtype=bool)
+        size = self.shortlist_size(limit)
+        if size is None or len(cms) <= size:
+            return keep
+        published = np.round(cms, 6)
+        cutoff = float(np.partition(published, len(published) - size)[len(published) - size])
+        keep = np.asarray(published >= cutoff, dtype=bool)
+        if fused is not None:
+            keep |= fused >= self.strong_match
+            keep |= fused >= self.near_best * float(fused.max())
+        return keep
 
     @property
     def threshold(self) -> float:
         """The least published capability_match_score of a match."""
         return self.min_relevance if self.kind == "calibrated" else self.min_capability_match
 
-    def describe(self) -> dict[str, Any]:
-        """The gate as it is reported inside every signed result with an intent."""
+    def describe(self, limit: int | None = None) -> dict[str, Any]:
+        """The gate as it is reported inside every signed result with an intent
+        (``limit``: the request's, which sizes the shortlist)."""
         if self.kind == "floor":
             return {"gate": "floor", "min_capability_match_score": self.min_capability_match}
-        return {
+        out: dict[str, Any] = {
             "gate": "calibrated",
             "model": self.model.name,
             "min_capability_match_score": self.min_relevance,
             "min_fused_score": self.min_capability_match,
             "strong_match": self.strong_match,
             "part_weight": self.part_weight,
+            "shortlist": self.shortlist,
+            "near_best": self.near_best,
         }
+        size = self.shortlist_size(limit) if limit is not None else None
+        if size is not None:
+            out["shortlist_size"] = size
+        return out

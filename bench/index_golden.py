@@ -49,13 +49,14 @@ def hx(values: Any) -> list[str]:
 
 
 def dump_query(idx: CapabilityIndex, intent: str, domains: tuple[str, ...] | None) -> Any:
-    gate = RelevanceGate()
+    # The thresholds the golden files were written with (the gate's defaults then).
+    gate = RelevanceGate(min_relevance=0.04, strong_match=0.25)
     qs = idx.query(intent, domains, evidence=True)
     above = qs.above(0.0)
-    m_ids, m_vals = qs.matches(gate)
+    m_ids, m_vals, _ = qs.matches(gate)
     order = sorted(range(len(m_ids)), key=lambda i: (-float(m_vals[i]), m_ids[i]))
     top = [m_ids[i] for i in order[:3]]
-    floor_ids, floor_vals = qs.matches(RelevanceGate(kind="floor"))
+    floor_ids, floor_vals, _ = qs.matches(RelevanceGate(kind="floor"))
     out = {
         "intent": intent,
         "domains": domains,

@@ -9,10 +9,13 @@ answer is their tool). The evaluation queries of split.json are never read.
    fitted by Newton's method (L2 1e-3) on the 20 best-scoring candidates of
    every query: ``whole`` on all features, ``part`` on the fused score alone
    (it is applied to a compound intent's parts).
-2. ``min_relevance`` and ``part_weight`` are chosen by cross-fitting (fit on
-   one fold, measure on the other, both ways) with a mixed-trust catalog
-   (seeded tier 1-2 and behavioral 0.5-1.0 per agent, the 0.3/0.4/0.3
-   formula), maximising R@5 + nDCG@10.
+2. ``min_relevance``, ``part_weight``, ``shortlist`` (the share of ``limit``
+   the capability shortlist holds) and ``strong_match`` are chosen by
+   cross-fitting (fit on one fold, measure on the other, both ways) with a
+   mixed-trust catalog (seeded tier 1-2 and behavioral 0.5-1.0 per agent,
+   the 0.3/0.4/0.3 formula, limit 10), maximising R@5 + nDCG@10; the gate
+   is applied by the server's own code (``RelevanceGate.scores`` and
+   ``RelevanceGate.shortlisted``). ``near_best`` is a priori.
 
     .venv/bin/python bench/relevance_fit.py            # writes bench/results/relevance_fit.json
     .venv/bin/python bench/relevance_fit.py --check    # exit 1 if ans.relevance.FITTED differs
@@ -50,8 +53,11 @@ from ans.server import configure_logging
 TOP = 20
 L2 = 1e-3
 SEEDS = (1, 2, 3)
-GRID_MIN = (0.02, 0.03, 0.04, 0.05)
-GRID_PART = (0.1, 0.2, 0.5)
+GRID_MIN = (0.005, 0.01, 0.02, 0.04)
+GRID_PART = (0.1, 0.2)
+GRID_SHORTLIST = (0.0, 0.3, 0.4, 0.5, 0.6, 0.8)
+GRID_STRONG = (0.25, 0.3, 0.35)
+LIMIT = 10
 
 
 def fit_logistic(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -92,6 +98,8 @@ def collect(data: dict[str, Any], descriptions: dict[str, str], fold: int) -> li
                     "whole": whole_features(final, whole_components(m.whole, len(final))),
                     "base": part_features(final),
                     "parts": [part_features(np.asarray(p.fused, np.float64)) for p in m.parts],
+                    "whole_pass": m.whole,
+                    "part_passes": m.parts,
                     "final": final,
                 }
             )
@@ -112,9 +120,7 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-np.clip(x, -60, 60)))
 
 
-def measure(
-    queries: list[dict[str, Any]], model: RelevanceModel, gate: RelevanceGate
-) -> dict[str, float]:
+def measure(queries: list[dict[str, Any]], gate: RelevanceGate) -> dict[str, float]:
     """R@1, R@5, nDCG@10 (limit 10) and the mean match-set size, mixed trust,
     averaged over SEEDS; the gate as the server applies it."""
     n_agents = 199
@@ -124,17 +130,14 @@ def measure(
         tier = np.where(rng.integers(1, 3, n_agents) == 1, 1.0, 0.5)
         beh = rng.uniform(0.5, 1.0, n_agents)
         for q in queries:
-            p = sigmoid(q["whole"] @ np.asarray(model.whole))
-            for part in q["parts"]:
-                if part[:, 1].any():
-                    p = np.maximum(p, gate.part_weight * sigmoid(part @ np.asarray(model.part)))
             final = q["final"]
-            p = np.where(final > 0, p, 0.0)
-            p = np.where(final >= gate.strong_match, np.maximum(p, gate.min_relevance), p)
+            p = gate.scores(final, q["whole_pass"], q["part_passes"])
             keep = (np.round(p, 6) >= gate.min_relevance) & (np.round(final, 6) >= 0.05)
-            agents = q["agent"][keep]
-            rs = np.round(0.3 * tier[agents] + 0.4 * beh[agents] + 0.3 * np.round(p[keep], 6), 6)
-            ranked = agents[np.lexsort((agents, -rs))][:10].tolist()
+            short = gate.shortlisted(p[keep], final[keep], LIMIT)
+            agents = q["agent"][keep][short]
+            cms = np.round(p[keep][short], 6)
+            rs = np.round(0.3 * tier[agents] + 0.4 * beh[agents] + 0.3 * cms, 6)
+            ranked = agents[np.lexsort((agents, -rs))][:LIMIT].tolist()
             hit = ranked.index(q["gold"]) if q["gold"] in ranked else None
             sums += [
                 hit == 0,
@@ -178,13 +181,35 @@ def main(argv: list[str] | None = None) -> int:
         print("ans.relevance.FITTED matches the fit" if ok else "FITTED differs from the fit")
         return 0 if ok else 1
     grid = []
+    cross = [fit_model(folds[f], "cross") for f in (0, 1)]
     for min_rel in GRID_MIN:
         for part_weight in GRID_PART:
-            gate = RelevanceGate(min_relevance=min_rel, part_weight=part_weight)
-            runs = [measure(folds[1 - f], fit_model(folds[f], "cross"), gate) for f in (0, 1)]
-            mean = {k: round(float(np.mean([r[k] for r in runs])), 4) for k in runs[0]}
-            grid.append({"min_relevance": min_rel, "part_weight": part_weight, **mean})
-            print(grid[-1], flush=True)
+            for shortlist in GRID_SHORTLIST:
+                for strong in GRID_STRONG:
+                    runs = [
+                        measure(
+                            folds[1 - f],
+                            RelevanceGate(
+                                min_relevance=min_rel,
+                                part_weight=part_weight,
+                                shortlist=shortlist,
+                                strong_match=strong,
+                                model=cross[f],
+                            ),
+                        )
+                        for f in (0, 1)
+                    ]
+                    mean = {k: round(float(np.mean([r[k] for r in runs])), 4) for k in runs[0]}
+                    grid.append(
+                        {
+                            "min_relevance": min_rel,
+                            "part_weight": part_weight,
+                            "shortlist": shortlist,
+                            "strong_match": strong,
+                            **mean,
+                        }
+                    )
+                    print(grid[-1], flush=True)
     best = max(grid, key=lambda g: g["recall@5"] + g["ndcg@10"])
     report = {
         "command": "python bench/relevance_fit.py",
@@ -196,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
             "min_relevance": RelevanceGate().min_relevance,
             "part_weight": RelevanceGate().part_weight,
             "strong_match": RelevanceGate().strong_match,
+            "shortlist": RelevanceGate().shortlist,
+            "near_best": RelevanceGate().near_best,
         },
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -144,7 +144,7 @@ class Discovery:
             matched = self.ctx.matcher.query(
                 p.intent, p.capability_domains, evidence=p.include_evidence
             )
-            ids, unrounded = matched.matches(self.ctx.relevance)
+            ids, unrounded, fused = matched.matches(self.ctx.relevance)
         # Routing needs every gate-passing candidate; otherwise the best `limit`.
         limit = None if p.preferred_agent is not None else p.limit
         with self.index.lock:
@@ -158,7 +158,11 @@ class Discovery:
                 cms = unrounded  # rank() rounds the ones it returns, as above() would
                 keep = slots >= 0
                 keep[keep] = mask[slots[keep]]
-                slots, cms = slots[keep], cms[keep]
+                slots, cms, fused = slots[keep], cms[keep], fused[keep]
+                # The shortlist is taken among the agents every hard gate let
+                # through: relevance decides membership, trust the order.
+                short = self.ctx.relevance.shortlisted(cms, fused, p.limit)
+                slots, cms = slots[short], cms[short]
             top = registry.rank(slots, cms, limit)
             ranked = [
                 (r.rank_score, r.capability_match_score, registry[r.canonical_id]) for r in top
@@ -191,6 +195,22 @@ class Discovery:
                 else {"score_components": {}, "matched_tags": [], "matched_examples": []}
             )
         return item
+
+    def _gate_merged(
+        self, merged: list[MergedResult], local_ids: set[str], limit: int
+    ) -> list[MergedResult]:
+        """The merged set through the relevance gate once more: every entry
+        past the published threshold, and a peer's entry only when it is also
+        on the merged set's shortlist (a peer cannot re-admit agents less
+        relevant than the ones our own shortlist kept; ours passed it already)."""
+        gate = self.ctx.relevance
+        merged = [r for r in merged if gate.admits(_cms_of(r))]
+        if not merged:
+            return merged
+        cms = np.array([_cms_of(r) for r in merged], dtype=np.float64)
+        short = gate.shortlisted(cms, None, limit)
+        kept = zip(merged, short.tolist(), strict=True)
+        return [r for r, ok in kept if ok or r.canonical_id in local_ids]
 
     def finish(
         self, req: DiscoverRequest, local: LocalAnswer, gathered: Gathered | None
@@ -235,7 +255,7 @@ class Discovery:
                 lambda tier, behavioral, cms: rank_score(weights, tier, behavioral, cms),
             )
             if p.intent is not None:  # the merged set passes the relevance gate once more
-                merged = [r for r in merged if ctx.relevance.admits(_cms_of(r))]
+                merged = self._gate_merged(merged, {r.canonical_id for r in top}, p.limit)
             total += len(merged) - (len(top) - len(pinned))
             chosen = [*pinned, *merged[: p.limit - len(pinned)]]
         results = []
@@ -253,7 +273,7 @@ class Discovery:
             "ranking": weights.name,
         }
         if p.intent is not None:  # what counted as a match, so a caller sees why one is absent
-            result["relevance"] = ctx.relevance.describe()
+            result["relevance"] = ctx.relevance.describe(p.limit)
         if gathered is not None:
             result["federation_path"] = result_path(ctx.key.kid, chosen)
             result["warnings"] = gathered.warnings

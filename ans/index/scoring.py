@@ -130,17 +130,24 @@ class QueryScores:
         (canonical ids, unrounded scores clipped to [0, 1]); ``round(score, 6)``
         of an entry is its capability_match_score."""
         scores = np.clip(self.final, 0.0, 1.0).astype(np.float64)
-        return self._picked(at_least(scores, floor), scores)
+        ids, picked = self._picked(at_least(scores, floor))
+        return ids, scores[picked]
 
-    def matches(self, gate: RelevanceGate) -> tuple[list[str], npt.NDArray[np.float64]]:
-        """The candidates the relevance gate admits (:mod:`ans.relevance`), as
-        (canonical ids, unrounded capability_match_scores)."""
-        if gate.kind == "floor":
-            return self.above_arrays(gate.min_capability_match)
-        cms = self.calibrated(gate)
+    def matches(
+        self, gate: RelevanceGate
+    ) -> tuple[list[str], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """The candidates past the relevance gate's thresholds (:mod:`ans.relevance`;
+        its shortlist is applied after the hard gates, by the caller), as
+        (canonical ids, unrounded capability_match_scores, fused scores)."""
         raw = np.clip(self.final, 0.0, 1.0).astype(np.float64)
+        if gate.kind == "floor":
+            keep = at_least(raw, gate.min_capability_match)
+            ids, picked = self._picked(keep)
+            return ids, raw[picked], raw[picked]
+        cms = self.calibrated(gate)
         keep = at_least(raw, gate.min_capability_match) & at_least(cms, gate.min_relevance)
-        return self._picked(keep, cms)
+        ids, picked = self._picked(keep)
+        return ids, cms[picked], raw[picked]
 
     def calibrated(self, gate: RelevanceGate) -> npt.NDArray[np.float64]:
         """capability_match_score of every candidate under ``gate`` (cached)."""
@@ -153,22 +160,21 @@ class QueryScores:
             self._gate = gate
         return self._cms
 
-    def _picked(
-        self, keep: npt.NDArray[np.bool_], values: npt.NDArray[np.float64]
-    ) -> tuple[list[str], npt.NDArray[np.float64]]:
+    def _picked(self, keep: npt.NDArray[np.bool_]) -> tuple[list[str], npt.NDArray[np.intp]]:
+        """The ids of the kept candidates and their positions (a slot freed
+        while the query ran is left out)."""
         picked = np.nonzero(keep)[0]
-        values = values[picked]
         if len(picked) == 0:
-            return [], values
+            return [], picked
         ids: list[str | None] = (
             list(operator.itemgetter(*picked.tolist())(self.ids))
             if len(picked) > 1
             else [self.ids[int(picked[0])]]
         )
-        if None in ids:  # a slot freed while the query ran
+        if None in ids:
             live = np.array([c is not None for c in ids], dtype=bool)
-            return [c for c in ids if c is not None], values[live]
-        return ids, values  # type: ignore[return-value]  # no None left
+            return [c for c in ids if c is not None], picked[live]
+        return ids, picked  # type: ignore[return-value]  # no None left
 
     def score(self, canonical_id: str, gate: RelevanceGate | None = None) -> float:
         """capability_match_score of one indexed agent whatever the gate (0 if

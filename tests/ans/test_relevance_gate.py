@@ -213,7 +213,7 @@ def test_relevant_runner_up_is_not_gated_out_by_a_star(
         star = next(r for r in got["results"] if r["agent_label"] == "solidity-auditor")
         # far behind the star on the evidence, yet capable on its own
         assert star["score_components"]["fused"] - reviewer["score_components"]["fused"] > 0.3
-        assert reviewer["score_components"]["fused"] >= svc.relevance.strong_match
+        assert reviewer["capability_match_score"] >= svc.relevance.min_relevance
     finally:
         svc.store.close()
         if built.lock is not None:
@@ -248,6 +248,10 @@ def test_replicas_of_one_agent_all_stay_matches(
         got = discover(svc, intent="convert 100 euros to dollars at today's rate", limit=50)
         assert got["total_matches"] == 20
         assert "gardener" not in labels(got)
+        # the shortlist (3 at limit 5) keeps every replica: within near_best of the best
+        few = discover(svc, intent="convert 100 euros to dollars at today's rate", limit=5)
+        assert few["relevance"]["shortlist_size"] == 3
+        assert few["returned"] == 5 and few["total_matches"] == 20
     finally:
         svc.store.close()
         if built.lock is not None:
@@ -265,6 +269,30 @@ def test_calibration_features_and_scores() -> None:
     assert len(FITTED.whole) == 12 and len(FITTED.part) == 4
     gate = RelevanceGate()
     assert gate.admits(gate.min_relevance) and not gate.admits(gate.min_relevance - 1e-6)
+
+
+def test_shortlist_keeps_the_most_relevant_ties_and_strong_matches() -> None:
+    gate = RelevanceGate(shortlist=0.5, strong_match=0.35, near_best=0.95)  # explicit
+    assert gate.shortlist_size(10) == 5 and gate.shortlist_size(1) == 1
+    assert gate.shortlist_size(3) == 2
+    cms = np.array([0.9, 0.5, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05])
+    fused = np.array([0.6, 0.3, 0.3, 0.2, 0.2, 0.1, 0.1, 0.05])
+    # limit 4: the 2 best by capability_match_score, plus the tie for second place
+    assert gate.shortlisted(cms, fused, 4).tolist() == [1, 1, 1, 0, 0, 0, 0, 0]
+    # a strong match (fused >= strong_match) stays whatever its place
+    strong = fused.copy()
+    strong[6] = 0.4
+    assert gate.shortlisted(cms, strong, 4).tolist() == [1, 1, 1, 0, 0, 0, 1, 0]
+    # near the best fused score: a replica of the star stays
+    near = fused.copy()
+    near[7] = 0.58
+    assert gate.shortlisted(cms, near, 4)[7]
+    # a merged set (no fused scores): the shortlist alone
+    assert gate.shortlisted(cms, None, 4).tolist() == [1, 1, 1, 0, 0, 0, 0, 0]
+    # fewer candidates than the shortlist, or no shortlist: all stay
+    assert gate.shortlisted(cms[:3], fused[:3], 10).all()
+    assert RelevanceGate(shortlist=0).shortlisted(cms, fused, 1).all()
+    assert RelevanceGate(kind="floor").shortlist_size(10) is None
 
 
 def test_config_validates_the_gate() -> None:

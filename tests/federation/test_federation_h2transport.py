@@ -103,7 +103,7 @@ def test_discover_same_bytes_as_httpx(ans: RunningServer) -> None:
     async def go() -> tuple[PeerReply, PeerReply, PeerReply, PeerReply]:
         h2t, hx = H2PeerTransport(4 * 1024 * 1024), HttpxTransport(4 * 1024 * 1024)
         try:
-            body = discover_body("book a flight")
+            body = discover_body("summarize a pdf report")  # several matches in the demo
             lean = await h2t.send(peer, "DISCOVER", ans.url + "/", IDENTITY, body, 10)
             ref = await hx.send(peer, "DISCOVER", ans.url + "/", IDENTITY, body, 10)
             jwks = await h2t.send(peer, "GET", peer.key_url, {}, b"", 10)
@@ -120,7 +120,7 @@ def test_discover_same_bytes_as_httpx(ans: RunningServer) -> None:
     assert volatile_out(lean.body) == volatile_out(ref.body)
     assert jwks.status == 200 and jwks.body == jwks_ref.body
     verify_discover_result(
-        orjson.loads(lean.body)["result"], orjson.loads(jwks.body), {"intent": "book a flight"}
+        orjson.loads(lean.body)["result"], orjson.loads(jwks.body), {"intent": "summarize a pdf report"}
     )
 
 
