@@ -830,6 +830,29 @@ def test_peer_results_pass_our_relevance_gate(world: World) -> None:
     assert ("below_capability_floor", 1) in [(d["code"], d["count"]) for d in drops]
 
 
+def test_merged_set_passes_our_shortlist(world: World) -> None:
+    """Peer results above the threshold but below the merged set's shortlist
+    (ceil(0.5 x limit) best capability_match_scores) are not matches here."""
+    b = world.ans(
+        "b",
+        {**solidity("auditor-a"), **solidity("auditor-b"), **solidity("auditor-c")},
+        relevance_shortlist=0.0,  # the peer keeps no shortlist of its own
+    )
+
+    def spread(result: dict[str, Any], peer: FakePeer) -> dict[str, Any]:
+        for item, cms in zip(result["results"], (0.9, 0.3, 0.02), strict=False):
+            item["capability_match_score"] = cms
+        return sign_document(result, peer.svc.key, "ans_signature")
+
+    world.serve("http://b", b).mutate = spread
+    a = world.ans("a", {}, peers=(Peer("http://b", 2),))
+    two = ask(a, intent=INTENT, limit=2)  # shortlist of 1
+    assert [r["capability_match_score"] for r in two["results"]] == [0.9]
+    assert two["total_matches"] == 1 and two["relevance"]["shortlist_size"] == 1
+    four = ask(a, intent=INTENT, limit=4)  # shortlist of 2
+    assert [r["capability_match_score"] for r in four["results"]] == [0.9, 0.3]
+
+
 def test_peer_ignoring_the_tier_floor_and_zone(world: World) -> None:
     b = world.ans(
         "b",
