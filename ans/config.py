@@ -7,8 +7,10 @@ size, restricted zones) so that it is documented in one place.
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from ans.federation.peers import (
 from ans.governance.ratelimit import RateLimitSettings, parse_networks
 
 from .ann import AnnSettings
+from .config_env import PREFIX, EnvError, env_table, merge, strip_origins
 from .freshness_policy import FreshnessConfigError, FreshnessSettings, freshness_from_table
 from .relevance import GATES, RelevanceGate
 
@@ -336,21 +339,58 @@ def _coerce(name: str, value: Any, base: Path) -> Any:
     return value
 
 
-def load(path: Path | None, **overrides: Any) -> Config:
-    """Defaults, then the TOML file (if any), then non-None CLI overrides."""
+def load(path: Path | None, environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
+    """Defaults, then the TOML file (if any), then the ``ANS_<SECTION>__<KEY>``
+    environment variables (:mod:`ans.config_env`; ``environ`` defaults to
+    ``os.environ``), then non-None CLI overrides."""
+    return load_with_origin(path, environ, **overrides)[0]
+
+
+# The flat sections and their renamed keys (``ans config show`` prints them).
+SECTIONS = _SECTIONS
+RENAMED = _RENAMED
+# Sections whose body is one settings dataclass: section -> Config field.
+TABLES = {
+    "federation": "federation",
+    "freshness": "freshness",
+    "rate_limit": "rate_limit",
+    "index": "index",
+    "ranking": "ranking",
+}
+
+
+def load_with_origin(
+    path: Path | None, environ: Mapping[str, str] | None = None, **overrides: Any
+) -> tuple[Config, dict[tuple[str, str], str]]:
+    """:func:`load`, and where each (section, key) was set: the file, the
+    environment variable's name, or the flag (the rest are defaults)."""
     values: dict[str, Any] = {}
+    origin: dict[tuple[str, str], str] = {}
+    doc: dict[str, Any] = {}
     if path is not None:
         try:
             doc = tomllib.loads(path.read_text(encoding="utf-8"))
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"cannot read config {path}: {exc}") from None
-        base = path.parent
+        for section, table in doc.items():
+            for key in table if isinstance(table, dict) else ():
+                origin[(section, key)] = f"file {path}"
+    try:
+        env = env_table(os.environ if environ is None else environ)
+    except EnvError as exc:
+        raise ConfigError(str(exc)) from None
+    for section, table in env.items():
+        for key, variable in table.get("__origin__", {}).items():
+            origin[(section, key)] = variable
+    doc = merge(doc, strip_origins(env))
+    file_base = path.parent if path is not None else Path.cwd()
+    if doc:
         for section, body in doc.items():
             if section == "federation":
                 if not isinstance(body, dict):
                     raise ConfigError("[federation] must be a table")
                 try:
-                    values["federation"], values["peers"] = federation_from_table(body, base)
+                    values["federation"], values["peers"] = federation_from_table(body, file_base)
                 except PeerConfigError as exc:
                     raise ConfigError(str(exc)) from None
                 continue
@@ -376,15 +416,20 @@ def load(path: Path | None, **overrides: Any) -> Config:
                 continue
             allowed = _SECTIONS.get(section)
             if allowed is None or not isinstance(body, dict):
-                raise ConfigError(f"unknown config section [{section}]")
+                names = sorted(v for (sec, _), v in origin.items() if sec == section)
+                hint = f" (set by {names[0]})" if names and names[0].startswith(PREFIX) else ""
+                raise ConfigError(f"unknown config section [{section}]{hint}")
             for key, value in body.items():
                 if key not in allowed:
-                    raise ConfigError(f"unknown key {key!r} in [{section}]")
+                    where = origin.get((section, key), "")
+                    hint = f" (set by {where})" if where.startswith(PREFIX) else ""
+                    raise ConfigError(f"unknown key {key!r} in [{section}]{hint}")
                 name: str = _RENAMED.get((section, key)) or key
                 if name in ("restricted_zones", "public_zones"):
                     if not isinstance(value, list):
                         raise ConfigError(f"[{section}] {key} must be a list")
                     value = tuple(values.get(name, ())) + tuple(value)
+                base = Path.cwd() if origin[(section, key)].startswith(PREFIX) else file_base
                 values[name] = _coerce(name, value, base)
     known = {f.name for f in fields(Config)}
     for key, value in overrides.items():
@@ -392,6 +437,7 @@ def load(path: Path | None, **overrides: Any) -> Config:
             raise ConfigError(f"unknown setting {key}")
         if value is None:
             continue
+        origin[("flag", key)] = "--" + key.replace("_", "-")
         if key == "governance_jwks":
             value = tuple(values.get("governance_jwks", ())) + tuple(value)
         if key == "peers":
@@ -407,7 +453,7 @@ def load(path: Path | None, **overrides: Any) -> Config:
         cfg = replace(defaults, **values)
     except TypeError as exc:
         raise ConfigError(str(exc)) from None
-    return cfg.validate()
+    return cfg.validate(), origin
 
 
 def _rate_limit(body: Any) -> RateLimitSettings:

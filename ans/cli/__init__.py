@@ -16,6 +16,7 @@ import sys
 
 from ..config import ConfigError
 from .audit import cmd_audit_verify
+from .config import cmd_config_show
 from .discover import cmd_discover
 from .governance import cmd_keygen, cmd_sign
 from .parser import _parser
@@ -61,6 +62,8 @@ def _run(args: argparse.Namespace) -> int:
         return cmd_audit_verify(args)
     if args.command == "peers":
         return cmd_peers_check(args)
+    if args.command == "config":
+        return cmd_config_show(args)
     if args.command == "governance" and args.gov_command == "keygen":
         return cmd_keygen(args)
     return cmd_sign(args)

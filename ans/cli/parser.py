@@ -6,6 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
+from .. import __version__
+
 DEFAULT_SERVER = "http://127.0.0.1:4480"
 
 
@@ -25,6 +27,7 @@ def _add_identity(p: argparse.ArgumentParser, scope: str) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="ans", description="ANS, the AGTP Agent Name Service")
+    ap.add_argument("--version", action="version", version=f"ans {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("serve", help="run the ANS server")
@@ -166,4 +169,18 @@ def _parser() -> argparse.ArgumentParser:
     av = ausub.add_parser("verify", help="check the audit log's hash chain (exit 0 only if intact)")
     av.add_argument("--data-dir", type=Path, default=Path("ans-data"))
     av.add_argument("--file", type=Path, help="audit log path (default DATA_DIR/audit.jsonl)")
+    cf = sub.add_parser(
+        "config",
+        help="configuration tools",
+        description="Every [section] key of the TOML file can also be set by the environment "
+        "variable ANS_<SECTION>__<KEY> (e.g. ANS_SERVER__LISTEN=0.0.0.0:4480). "
+        "Precedence: flags > environment > file > defaults.",
+    )
+    cfsub = cf.add_subparsers(dest="config_command", required=True)
+    cs = cfsub.add_parser(
+        "show",
+        help="print the effective configuration as TOML, each value with where it came from "
+        "(secrets redacted)",
+    )
+    cs.add_argument("--config", type=Path, help="TOML configuration file")
     return ap
