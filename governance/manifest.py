@@ -106,32 +106,60 @@ REQUIRED_FIELDS: dict[str, tuple[Any, str]] = {
 }
 
 
-def validate_manifest_fields(manifest: Mapping[str, Any]) -> None:
-    """Raise InvalidManifest (422) naming the first missing or mistyped field."""
+def manifest_problems(
+    manifest: Mapping[str, Any], skip: frozenset[str] = frozenset()
+) -> tuple[list[str], list[str]]:
+    """Every missing and every malformed field of ``manifest`` (field names in
+    ``skip`` are not checked): (missing, malformed descriptions)."""
+    missing: list[str] = []
+    malformed: list[str] = []
     for name, (check, what) in REQUIRED_FIELDS.items():
+        if name in skip:
+            continue
         if name not in manifest:
-            raise InvalidManifest(
-                f"manifest is missing required field {name!r}",
-                code=ErrorCode.MANIFEST_MISSING_FIELD,
-            )
-        if not check(manifest[name]):
-            raise InvalidManifest(
-                f"manifest field {name!r} must be {what}", code=ErrorCode.MANIFEST_FIELD_TYPE
-            )
-    if manifest["trust_tier"] == 2:
-        for name in TIER2_FIELDS:
-            if not _str(manifest.get(name)):
-                raise InvalidManifest(
-                    f"manifest with trust_tier 2 is missing required field {name!r}",
-                    code=ErrorCode.MANIFEST_MISSING_FIELD,
-                )
+            missing.append(name)
+        elif not check(manifest[name]):
+            malformed.append(f"{name!r} must be {what}")
+    if manifest.get("trust_tier") == 2:
+        missing += [n for n in TIER2_FIELDS if n not in manifest]
+        bad = [n for n in TIER2_FIELDS if n in manifest and not _str(manifest[n])]
+        malformed += [f"{n!r} must be a string" for n in bad]
     for name in ("version", "last_updated"):
         if name in manifest and not (
             _timestamp(manifest[name]) if name == "last_updated" else _str(manifest[name], 64)
         ):
-            raise InvalidManifest(
-                f"manifest field {name!r} is malformed", code=ErrorCode.MANIFEST_FIELD_TYPE
-            )
+            malformed.append(f"{name!r} is malformed")
+    return missing, malformed
+
+
+def describe_problems(missing: list[str], malformed: list[str], limit: int = 12) -> str:
+    """One bounded sentence naming every problem (at most ``limit`` of each kind)."""
+
+    def cut(items: list[str]) -> str:
+        more = f" (+{len(items) - limit} more)" if len(items) > limit else ""
+        return ", ".join(items[:limit]) + more
+
+    parts = []
+    if missing:
+        kind = "field" if len(missing) == 1 else "fields"
+        parts.append(f"manifest is missing required {kind} {cut([repr(m) for m in missing])}")
+    if malformed:
+        parts.append(f"manifest field {cut(malformed)}")
+    return "; ".join(parts)
+
+
+def validate_manifest_fields(manifest: Mapping[str, Any]) -> None:
+    """Raise InvalidManifest (422) naming every missing or mistyped field at
+    once (``manifest_missing_field`` when any is missing)."""
+    missing, malformed = manifest_problems(manifest)
+    if missing:
+        raise InvalidManifest(
+            describe_problems(missing, malformed), code=ErrorCode.MANIFEST_MISSING_FIELD
+        )
+    if malformed:
+        raise InvalidManifest(
+            describe_problems(missing, malformed), code=ErrorCode.MANIFEST_FIELD_TYPE
+        )
 
 
 @dataclass(frozen=True, slots=True)

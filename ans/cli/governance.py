@@ -26,17 +26,23 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 
 
 def cmd_sign(args: argparse.Namespace) -> int:
+    from ans.governance.manifest import describe_problems, manifest_problems
     from ans.governance.signing import sign_document
 
     key = _read_key(args.key, args.kid)
     doc = _read_json(args.manifest)
-    if isinstance(doc, dict) and isinstance(doc.get("manifest"), dict):
-        out: Any = {**doc, "manifest": sign_document(doc["manifest"], key, "signature")}
-    elif isinstance(doc, dict):
-        out = sign_document(doc, key, "signature")
-    else:
+    wrapped = isinstance(doc, dict) and isinstance(doc.get("manifest"), dict)
+    manifest = doc["manifest"] if wrapped else doc
+    if not isinstance(manifest, dict):
         print("ans: the manifest file must hold a JSON object", file=sys.stderr)
         return 2
+    # Everything ACTIVATE would refuse, named at once, before anything is signed.
+    missing, malformed = manifest_problems(manifest, skip=frozenset({"signature"}))
+    if missing or malformed:
+        print(f"ans: {args.manifest}: {describe_problems(missing, malformed)}", file=sys.stderr)
+        return 2
+    signed = sign_document(manifest, key, "signature")
+    out: Any = {**doc, "manifest": signed} if wrapped else signed
     text = json.dumps(out, indent=2, ensure_ascii=False) + "\n"
     if args.out:
         args.out.write_text(text, encoding="utf-8")
