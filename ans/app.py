@@ -50,7 +50,9 @@ from ans.protocol.messages import (
 from ans.protocol.status import AGTP_SPECIFIC
 
 from .gate import REFUSED_AFTER_PARSING, Credentials, RequestGate
+from .metrics import CONTENT_TYPE_LATEST, Metrics, surface_of
 from .refusals import SIGNED_METHODS, refusal_object, sign_refusal
+from .request_log import NOTE, RequestLog, RequestLogSettings, note
 from .service import AnsService
 
 Scope = MutableMapping[str, Any]
@@ -92,8 +94,12 @@ class AnsApp:
         background: Sequence[Background] = (),
         body_timeout: float = BODY_TIMEOUT,
         cpu_clock: Callable[[], float] = time.thread_time,
+        requests: RequestLog | None = None,
     ) -> None:
         self.service = service
+        # The request log and the metrics of every answered request (both framings).
+        self.requests = requests or RequestLog(RequestLogSettings(), Metrics())
+        self.metrics = self.requests.metrics
         self.background = tuple(background)
         self.body_timeout = body_timeout
         # CPU seconds of the serving thread: what a request cost its address
@@ -112,9 +118,32 @@ class AnsApp:
             return
         if scope["type"] != "http":
             return
-        task_id: str | None = None
         client = scope.get("client")  # (host, port), or None (e.g. a unix socket)
         address = str(client[0]) if client else None
+        facts: dict[str, Any] = {}
+        token = NOTE.set(facts)
+        started = time.perf_counter()
+        sent: list[int] = []
+
+        async def send_noting_status(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                sent.append(int(message["status"]))
+            await send(message)
+
+        try:
+            await self._http_request(scope, receive, send_noting_status, address)
+        finally:
+            NOTE.reset(token)
+            method = facts.get("method") or str(scope.get("method", ""))[:32]
+            surface = surface_of(str(scope.get("path", "")), "method" in facts)
+            status = sent[0] if sent else 499  # the client went away before an answer
+            seconds = time.perf_counter() - started
+            self.requests.observe(surface, method, status, seconds, address, facts)
+
+    async def _http_request(
+        self, scope: Scope, receive: Receive, send: Send, address: str | None
+    ) -> None:
+        task_id: str | None = None
         method: str | None = None
         try:
             try:
@@ -124,6 +153,8 @@ class AnsApp:
                 raise
             task_id = task_id_hint(headers)
             method = agtp_method(scope["method"], scope["path"], headers)
+            if method is not None:
+                note(method=method, task_id=task_id)
             if method is None:
                 await self._http(scope, send)
                 return
@@ -182,8 +213,10 @@ class AnsApp:
         if isinstance(exc, AgtpError):
             if exc.status in AGTP_SPECIFIC:
                 log.info("governance signal", status=exc.status, code=exc.code)
+            note(code=str(exc.code))
             return exc
         log.exception("unhandled error", path=path, method=method)
+        note(code="internal_error")
         return ServerError("internal error; see the server log")
 
     @staticmethod
@@ -227,12 +260,14 @@ class AnsApp:
         req: AgtpRequest = parse(headers, body, self.service.limits)
         with answering(req.task_id, getattr(req, "query_digest", None)):
             req = self.gate.authenticate_and_limit(method, req, creds)
+            note(agent_id=req.identity.agent_id, task_id=req.task_id)
             return await self._dispatch(req)
 
     async def _dispatch(self, req: AgtpRequest) -> tuple[int, dict[str, Any]]:
         svc = self.service
         if isinstance(req, DiscoverRequest):
             result = await svc.discover_async(req)
+            note(results=result.get("returned"), intent=req.params.intent)
         elif isinstance(req, DescribeRequest):
             result = svc.describe(req)
         elif isinstance(req, ActivateRequest):
@@ -252,6 +287,17 @@ class AnsApp:
             if path == "/healthz":
                 body = orjson.dumps(self.service.health())
                 await self._raw(send, 200, [(b"content-type", b"application/json")], body)
+                return
+            if path == "/readyz":
+                ready = await asyncio.to_thread(self.service.readiness)
+                status = 200 if ready["status"] == "ready" else 503
+                await self._raw(
+                    send, status, [(b"content-type", b"application/json")], orjson.dumps(ready)
+                )
+                return
+            if path == "/metrics" and self.service.config.metrics_enabled:
+                body = await asyncio.to_thread(self.metrics.exposition)
+                await self._raw(send, 200, [(b"content-type", CONTENT_TYPE_LATEST.encode())], body)
                 return
         raise NotFound(
             f"{scope['method']} {path[:100]} is not an ANS resource; send an AGTP method"

@@ -129,6 +129,14 @@ class Config:
     # [logging]
     log_level: str = "info"
     log_format: str = "console"
+    # One line per answered request (ans.request_log): sampled share of the
+    # successful ones, lines a second at most, intents only when asked for.
+    request_log: bool = True
+    request_log_sample: float = 1.0
+    request_log_per_second: float = 200.0
+    log_intents: bool = False
+    # [metrics] Prometheus text exposition at /metrics on the listener
+    metrics_enabled: bool = True
     # --demo
     demo: bool = False
 
@@ -180,6 +188,10 @@ class Config:
             raise ConfigError("shortlist must be in [0, 10] (a share of the request's limit)")
         if not 0.0 <= self.near_best <= 1.0:
             raise ConfigError("near_best must be in [0, 1]")
+        if not 0.0 <= self.request_log_sample <= 1.0:
+            raise ConfigError("request_log_sample must be in [0, 1]")
+        if not 0.0 < self.request_log_per_second <= 1_000_000:
+            raise ConfigError("request_log_per_second must be in (0, 1000000]")
         if not 0.0 <= self.min_equivalent_confidence <= 1.0:
             raise ConfigError("min_equivalent_confidence must be in [0, 1]")
         if (self.tls_certfile is None) != (self.tls_keyfile is None):
@@ -304,7 +316,15 @@ _SECTIONS = {
         "max_body_bytes",
         "min_equivalent_confidence",
     },
-    "logging": {"log_level", "log_format"},
+    "logging": {
+        "log_level",
+        "log_format",
+        "request_log",
+        "request_log_sample",
+        "request_log_per_second",
+        "log_intents",
+    },
+    "metrics": {"enabled"},
     "auth": {"mode", "token_issuer", "token_audience", "token_jwks", "token_leeway", "forwarders"},
 }
 # TOML keys whose Config field has another name.
@@ -313,6 +333,7 @@ _RENAMED: dict[tuple[str, str], str] = {
     ("auth", "forwarders"): "auth_forwarders",
     ("discovery", "part_weight"): "relevance_part_weight",
     ("discovery", "shortlist"): "relevance_shortlist",
+    ("metrics", "enabled"): "metrics_enabled",
     ("zones", "restricted"): "restricted_zones",
     ("zones", "public"): "public_zones",
     ("zones", "unlisted"): "unlisted_zones",

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+import time
 from collections import deque
 from typing import Any
 
@@ -49,6 +50,7 @@ from .config import Config
 from .gate import Credentials
 from .http2_defences import client_key
 from .mtls import tls_extension
+from .request_log import NOTE
 
 log = structlog.get_logger("ans.native")
 
@@ -275,8 +277,18 @@ class NativeConnection(asyncio.Protocol):
                     self.transport.resume_reading()
                     self.paused = False
                 creds = Credentials.from_request(item.headers, self.tls, client_address=self.client)
-                answer = await self.app.answer(item.method, item.headers, item.body, creds)
+                facts: dict[str, Any] = {"method": item.method, "framing": "native"}
+                token = NOTE.set(facts)
+                started = time.perf_counter()
+                try:
+                    answer = await self.app.answer(item.method, item.headers, item.body, creds)
+                finally:
+                    NOTE.reset(token)
                 self._write(answer)
+                seconds = time.perf_counter() - started
+                self.app.requests.observe(
+                    "agtp", item.method, answer.status, seconds, self.client, facts
+                )
         finally:
             self.worker = None
             if self.closing and self.transport is not None:

@@ -36,6 +36,7 @@ from .gate import RequestGate
 from .mtls import serve_with_client_certs
 from .native_server import MAX_CONNECTIONS as NATIVE_MAX_CONNECTIONS
 from .native_server import SCHEME_CLEARTEXT, SCHEME_TLS, NativeListener, native_ssl_context
+from .observability import build_request_log
 from .service import AnsService
 from .wiring import INDEX_DIR
 
@@ -45,15 +46,31 @@ log = structlog.get_logger("ans.server")
 def configure_logging(level: str = "info", fmt: str = "console") -> None:
     """Operational logs (structlog) go to stderr; the audit log is separate."""
     lvl = getattr(logging, level.upper(), logging.INFO)
-    logging.basicConfig(level=lvl, stream=sys.stderr, format="%(message)s")
-    logging.getLogger("faiss.loader").setLevel(logging.WARNING)
-    for noisy in ("httpx", "httpcore", "hpack", "h2"):  # one line per peer request otherwise
-        logging.getLogger(noisy).setLevel(logging.WARNING)
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer()
         if fmt == "json"
         else structlog.dev.ConsoleRenderer(colors=False)
     )
+    # Lines of the standard library's loggers (hypercorn's, asyncio's) are
+    # rendered like ours, so a --log-format json stream holds JSON lines only.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+            foreign_pre_chain=[
+                structlog.stdlib.add_logger_name,
+                structlog.processors.add_log_level,
+                structlog.processors.TimeStamper(fmt="iso", utc=True),
+                structlog.processors.format_exc_info,
+            ],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(lvl)
+    logging.getLogger("faiss.loader").setLevel(logging.WARNING)
+    for noisy in ("httpx", "httpcore", "hpack", "h2"):  # one line per peer request otherwise
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
@@ -197,6 +214,7 @@ def serve_forever(
         # Stopped in reverse order: the native listener's drain is waited for first.
         (*((freshness,) if freshness is not None else ()), native_drain),
         body_timeout=config.request_timeout,
+        requests=build_request_log(config, service),
     )
     native_at = config.native_host_port
     native_tls = native_ssl_context(config) if native_at is not None else None

@@ -145,6 +145,20 @@ class AnsService:
             }
         return body
 
+    def readiness(self) -> dict[str, Any]:
+        """The /readyz body: ready only when the index is loaded, the store
+        answers and the audit log can be written; else the failing checks."""
+        checks: dict[str, str] = {}
+        checks["index"] = "ok" if self.loader.loaded_from != "empty" else "not loaded"
+        try:
+            self.store.max_seq()
+            checks["store"] = "ok"
+        except Exception as exc:
+            checks["store"] = f"unreachable: {type(exc).__name__}"
+        checks["audit"] = "ok" if self.audit.writable() else "not writable"
+        failing = sorted(k for k, v in checks.items() if v != "ok")
+        return {"status": "not ready" if failing else "ready", "checks": checks, "failing": failing}
+
     def __len__(self) -> int:
         return len(self.index)
 

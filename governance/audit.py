@@ -89,6 +89,8 @@ class AuditLog:
         self._backlog: deque[tuple[dict[str, Any], bool]] = deque()
         self._dropped = 0
         self._cut_pending = False
+        # Called with (entry, written) after every append: metrics, never policy.
+        self.observers: list[Callable[[dict[str, Any], bool], None]] = []
 
     def _repair_tail(self) -> int:
         """Cut a torn last line (no newline: a write cut short by a power loss
@@ -145,8 +147,10 @@ class AuditLog:
             written = self._drain()
             if written is None or self._backlog:
                 self._bound_backlog()
-                return None
-            return written
+                written = None
+        for observe in self.observers:
+            observe(entry, written is not None)
+        return written
 
     def writable(self) -> bool:
         """Write the backlog; True when nothing is left waiting."""
@@ -342,18 +346,15 @@ def check_chain(lines: Iterable[bytes]) -> ChainBreak | ChainHead:
             nxt = _parse(pending.rstrip(b"\n")) if pending is not None else None
             if n == 1 and expected == 1 and (nxt is None or nxt.get("seq") != expected):
                 return ChainBreak(
-                    1, "truncated_head", f"the log starts at seq {seq}; records 1..{seq - 1} "
-                    "are missing"
+                    1,
+                    "truncated_head",
+                    f"the log starts at seq {seq}; records 1..{seq - 1} are missing",
                 )
             if nxt is not None and nxt.get("seq") == expected:
-                return ChainBreak(
-                    n, "reordered", f"record seq {seq} comes before seq {expected}"
-                )
+                return ChainBreak(n, "reordered", f"record seq {seq} comes before seq {expected}")
             missing = f"seq {expected}" if seq == expected + 1 else f"seq {expected}..{seq - 1}"
             return ChainBreak(n, "deleted", f"record {missing} is missing before this line")
         else:
-            return ChainBreak(
-                n, "reordered", f"record seq {seq} comes after seq {expected - 1}"
-            )
+            return ChainBreak(n, "reordered", f"record seq {seq} comes after seq {expected - 1}")
         prev = hashlib.sha256(line).hexdigest()
         expected += 1

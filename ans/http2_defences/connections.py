@@ -14,6 +14,7 @@ IPv6 client by its /64, as for the rate limit.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +35,7 @@ def client_key(host: str) -> str:
     return host if ip is None else address_key(ip)
 
 
-@dataclass
+@dataclass(eq=False)  # hashable by identity: held in a WeakSet
 class ConnectionTable:
     """The open connections of one hypercorn worker."""
 
@@ -66,6 +67,12 @@ class ConnectionTable:
 
 
 _TABLE = "ans_http2_connections"
+_TABLES: weakref.WeakSet[ConnectionTable] = weakref.WeakSet()
+
+
+def open_connections() -> int:
+    """Connections open in all tables of this process (the metrics gauge)."""
+    return sum(len(t.live) for t in list(_TABLES))
 
 
 def table_of(context: Any) -> ConnectionTable:
@@ -73,6 +80,7 @@ def table_of(context: Any) -> ConnectionTable:
     table: ConnectionTable | None = context.__dict__.get(_TABLE)
     if table is None:
         table = context.__dict__[_TABLE] = ConnectionTable()
+        _TABLES.add(table)
     return table
 
 

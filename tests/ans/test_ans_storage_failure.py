@@ -40,11 +40,11 @@ from ans.store import SQLiteStore, StoredAgent
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 GOV = Identity(
-    "agtp://gov.example/agents/platform", "gov-operator", parse_authority_scope("discovery:register")
+    "agtp://gov.example/agents/platform",
+    "gov-operator",
+    parse_authority_scope("discovery:register"),
 )
-CALLER = Identity(
-    "agtp://o.example/agents/orch", "usr-1", parse_authority_scope("discovery:query")
-)
+CALLER = Identity("agtp://o.example/agents/orch", "usr-1", parse_authority_scope("discovery:query"))
 CAPS = {"supported_methods": ["QUERY"], "modalities": ["text"]}
 FILLER = b"\x00"
 
@@ -136,9 +136,7 @@ def assert_in_step(w: dict[str, Any]) -> None:
     """The chain is whole and every stored agent has its activation record."""
     raw = (w["path"] / "audit.jsonl").read_bytes().splitlines(keepends=True)
     assert isinstance(check_chain(raw), ChainHead)
-    activated = {
-        r["canonical_id"] for r in audit_records(w["path"]) if r["event"] == "activation"
-    }
+    activated = {r["canonical_id"] for r in audit_records(w["path"]) if r["event"] == "activation"}
     stored = {a.canonical_id for a in w["store"].iter_active()}
     assert stored <= activated
 
@@ -294,3 +292,51 @@ def test_crash_after_append_before_trim_appends_nothing_twice(world: dict[str, A
     assert len(audit_records(world["path"])) == n
     assert store.audit_outbox() == []
     assert_in_step(world)
+
+
+def test_readiness_follows_the_audit_log_and_the_store(world: dict[str, Any]) -> None:
+    """/readyz: ready; the audit log cannot be written -> not ready (503 on the
+    wire, naming the failing check); written again -> ready; store gone -> not ready."""
+    svc, disk = world["svc"], world["disk"]
+    assert svc.readiness() == {
+        "status": "ready",
+        "checks": {"index": "ok", "store": "ok", "audit": "ok"},
+        "failing": [],
+    }
+    disk.full = True
+    svc.audit.record("probe")  # cannot be written: waits in the backlog
+    got = svc.readiness()
+    assert got["status"] == "not ready" and got["failing"] == ["audit"]
+    assert asgi_get(svc, "/readyz")[0] == 503
+    disk.full = False
+    assert svc.readiness()["status"] == "ready"
+    assert asgi_get(svc, "/readyz")[0] == 200
+    world["store"].close()
+    got = svc.readiness()
+    assert got["failing"] == ["store"] and got["checks"]["store"].startswith("unreachable")
+
+
+def asgi_get(svc: AnsService, path: str) -> tuple[int, bytes]:
+    """GET ``path`` from the ASGI app in process."""
+    import asyncio
+
+    from ans.app import AnsApp
+
+    app = AnsApp(svc)
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": path,
+        "headers": [],
+        "client": ("127.0.0.1", 1),
+    }
+    asyncio.run(app(scope, receive, send))
+    return int(sent[0]["status"]), b"".join(m.get("body", b"") for m in sent[1:])
