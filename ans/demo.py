@@ -10,12 +10,17 @@ import json
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from ans.governance.keys import SigningKey
 from ans.governance.signing import sign_document
+from ans.protocol.errors import Conflict, Gone
 from ans.protocol.messages import ActivateRequest, Identity
 from ans.protocol.scope import parse_authority_scope
 
 from .service import AnsService
+
+log = structlog.get_logger("ans.demo")
 
 DEMO_GOVERNANCE_AGENT = "agtp://governance.demo.example/agents/platform"
 DEMO_ACTIVATED_AT = "2026-01-15T09:00:00Z"
@@ -74,13 +79,19 @@ def activate_demo(service: AnsService, governance_key: SigningKey) -> int:
     n = 0
     for i, entry in enumerate(load_catalog(), start=1):
         manifest = sign_document(demo_manifest(entry), governance_key, "signature")
-        service.activate(
-            ActivateRequest(
-                identity=identity,
-                task_id=f"demo-activate-{i}",
-                manifest=manifest,
-                capabilities=demo_capabilities(entry),
+        try:
+            service.activate(
+                ActivateRequest(
+                    identity=identity,
+                    task_id=f"demo-activate-{i}",
+                    manifest=manifest,
+                    capabilities=demo_capabilities(entry),
+                )
             )
-        )
+        except (Conflict, Gone) as exc:
+            # The operator registered a newer manifest for this agent, or
+            # retired it: theirs stands; the demo does not overwrite it.
+            log.info("demo agent left as stored", label=entry["agent_label"], reason=exc.message)
+            continue
         n += 1
     return n

@@ -17,4 +17,4 @@ trap 'rm -rf "$OUT"' EXIT
 "$ANS" governance sign-manifest examples/agent.json --key "$KEY" --out "$OUT/signed.json"
 "$ANS" activate "$OUT/signed.json" --scope discovery:register > "$OUT/activated.json"
 echo "activated $(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r.get("canonical_id") or r)' "$OUT/activated.json")"
-"$ANS" discover "extract the line items and VAT from a supplier invoice" --scope "discovery:query zone:finance" --limit 3
+"$ANS" discover "read a scanned receipt and return the merchant, date and amount as JSON" --scope "discovery:query zone:finance" --limit 3

@@ -16,7 +16,7 @@ import sys
 
 from ..config import ConfigError
 from .audit import cmd_audit_verify
-from .config import cmd_config_show
+from .config import cmd_backup, cmd_config_show, cmd_restore
 from .discover import cmd_discover
 from .governance import cmd_keygen, cmd_sign
 from .parser import _parser
@@ -64,6 +64,10 @@ def _run(args: argparse.Namespace) -> int:
         return cmd_peers_check(args)
     if args.command == "config":
         return cmd_config_show(args)
+    if args.command == "backup":
+        return cmd_backup(args)
+    if args.command == "restore":
+        return cmd_restore(args)
     if args.command == "governance" and args.gov_command == "keygen":
         return cmd_keygen(args)
     return cmd_sign(args)

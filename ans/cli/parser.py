@@ -169,6 +169,22 @@ def _parser() -> argparse.ArgumentParser:
     av = ausub.add_parser("verify", help="check the audit log's hash chain (exit 0 only if intact)")
     av.add_argument("--data-dir", type=Path, default=Path("ans-data"))
     av.add_argument("--file", type=Path, help="audit log path (default DATA_DIR/audit.jsonl)")
+    bk = sub.add_parser(
+        "backup",
+        help="back the data directory up into a new directory, while the server runs",
+        description="Copies the registry with SQLite's online backup API and every other "
+        "file of the data directory (keys, audit log, index snapshot), with backup.json "
+        "(sizes, SHA-256). For a PostgreSQL store use pg_dump (README, Backups).",
+    )
+    bk.add_argument("target", type=Path, help="new (or empty) directory for the backup")
+    bk.add_argument("--data-dir", type=Path, default=Path("ans-data"), help="(default ans-data)")
+    rs = sub.add_parser(
+        "restore",
+        help="restore a backup into a new, empty data directory (checks it first)",
+    )
+    rs.add_argument("source", type=Path, help="a directory written by ans backup")
+    rs.add_argument("--data-dir", type=Path, required=True, help="new or empty data directory")
+
     cf = sub.add_parser(
         "config",
         help="configuration tools",

@@ -44,7 +44,7 @@ def test_register_script_activates_and_finds_the_example_agent(
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert lines[0].startswith("activated ")
-    assert "invoice-extractor@ledgerline.example" in lines[2]  # rank 1
+    assert "invoice-line-extractor@northwind-ap.example" in lines[2]  # rank 1
     assert "signature: verified" in run.stdout
 
 
