@@ -260,7 +260,8 @@ class AnsApp:
         req: AgtpRequest = parse(headers, body, self.service.limits)
         with answering(req.task_id, getattr(req, "query_digest", None)):
             req = self.gate.authenticate_and_limit(method, req, creds)
-            note(agent_id=req.identity.agent_id, task_id=req.task_id)
+            identity = getattr(req, "identity", None)  # the ANS's own DESCRIBE needs none
+            note(agent_id=getattr(identity, "agent_id", None), task_id=req.task_id)
             return await self._dispatch(req)
 
     async def _dispatch(self, req: AgtpRequest) -> tuple[int, dict[str, Any]]:

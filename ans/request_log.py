@@ -95,8 +95,22 @@ class RequestLog:
         client: str | None,
         facts: dict[str, Any] | None,
     ) -> None:
-        """Count the request in the metrics and log its line (if admitted)."""
-        facts = facts or {}
+        """Count the request in the metrics and log its line (if admitted);
+        never raises (observing must not break an answer)."""
+        try:
+            self._observe(surface, method, status, seconds, client, facts or {})
+        except Exception as exc:  # pragma: no cover - defensive
+            log.error("request not observed", error=repr(exc)[:300])
+
+    def _observe(
+        self,
+        surface: str,
+        method: str,
+        status: int,
+        seconds: float,
+        client: str | None,
+        facts: dict[str, Any],
+    ) -> None:
         code = facts.get("code")
         results = facts.get("results")
         self.metrics.observe_request(surface, method, status, seconds, code, results)
