@@ -25,7 +25,6 @@ from __future__ import annotations
 import getpass
 import multiprocessing
 import os
-import sys
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -49,6 +48,7 @@ from ans.protocol.messages import Identity
 from ans.protocol.scope import parse_authority_scope
 
 from .config import Config
+from .import_progress import ImportProgress, count_records
 from .service import AnsService
 
 DEFAULT_BATCH = 2000
@@ -144,43 +144,6 @@ class ImportReport:
         return self.lines / self.seconds if self.seconds > 0 else 0.0
 
 
-class Progress:
-    """A minimal progress line on stderr: count, agents/s, ETA (by bytes read).
-    Redrawn at most 5 times a second on a TTY; otherwise silent until done()."""
-
-    def __init__(self, total_bytes: int, stream: IO[str] | None = None) -> None:
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = self.stream.isatty()
-        self.total = max(total_bytes, 1)
-        self.start = time.monotonic()
-        self._last = 0.0
-
-    def update(self, count: int, done_bytes: int) -> None:
-        now = time.monotonic()
-        if not self.tty or now - self._last < 0.2:
-            return
-        self._last = now
-        elapsed = max(now - self.start, 1e-9)
-        frac = min(done_bytes / self.total, 1.0)
-        eta = elapsed * (1 - frac) / frac if frac > 0 else 0.0
-        width = 30
-        bar = "#" * int(frac * width)
-        self.stream.write(
-            f"\r[{bar:<{width}}] {count:>9,} agents  {count / elapsed:8,.0f}/s  ETA {eta:5.0f}s"
-        )
-        self.stream.flush()
-
-    def done(self, report: ImportReport) -> None:
-        if self.tty:
-            self.stream.write("\r" + " " * 78 + "\r")
-        self.stream.write(
-            f"ans import: {report.lines:,} lines in {report.seconds:.1f} s "
-            f"({report.rate:,.0f} lines/s): {report.imported:,} imported, "
-            f"{report.unchanged:,} unchanged, {len(report.refused):,} refused\n"
-        )
-        self.stream.flush()
-
-
 def _read_lines(
     files: Sequence[Path], max_line: int, counter: list[int]
 ) -> Iterator[tuple[int, int, bytes]]:
@@ -217,7 +180,7 @@ def run_import(
     batch: int = DEFAULT_BATCH,
     workers: int | None = None,
     max_line_bytes: int | None = None,
-    progress: Progress | None = None,
+    progress: ImportProgress | None = None,
 ) -> ImportReport:
     """Verify every line in worker processes, then store and index in batches."""
     max_line = max_line_bytes or service.config.max_body_bytes
@@ -280,7 +243,7 @@ def run_import(
                         status, code, msg = _explain_removed_key(service, cid, kid, msg)
                     refuse(fi, lineno, status, code, msg, cid)
                 if progress is not None:
-                    progress.update(report.lines, read[0])
+                    progress.update(report.lines)
 
         chunk: list[tuple[int, bytes]] = []
         chunk_file = 0
@@ -326,6 +289,14 @@ def _principal() -> str:
         return "ans-import"
 
 
+def summary(report: ImportReport) -> str:
+    return (
+        f"ans import: {report.lines:,} records in {report.seconds:.1f} s "
+        f"({report.rate:,.0f}/s): {report.imported:,} imported, "
+        f"{report.unchanged:,} unchanged, {len(report.refused):,} refused"
+    )
+
+
 def import_files(
     config: Config,
     files: Sequence[Path],
@@ -343,8 +314,7 @@ def import_files(
     try:
         service, trusted = build_offline_service(config)
         try:
-            total = sum(f.stat().st_size for f in files)
-            progress = Progress(total, progress_stream)
+            progress = ImportProgress(count_records(files), progress_stream)
             report = run_import(
                 service,
                 files,
@@ -371,7 +341,7 @@ def import_files(
                 agents_per_s=round(report.rate, 1),
                 snapshot=report.snapshot,
             )
-            progress.done(report)
+            progress.done(summary(report))
         finally:
             service.audit.close()
             service.store.close()

@@ -85,6 +85,24 @@ def _parser() -> argparse.ArgumentParser:
     im.add_argument("--workers", type=int, help="verification processes (default: CPU count)")
     im.add_argument("--strict", action="store_true", help="exit 1 when any line is refused")
     im.add_argument("--refusals", type=int, default=20, help="refused lines to print (default 20)")
+    im.add_argument(
+        "--server",
+        help="import into a RUNNING server at this URL (one ACTIVATE per line over HTTP/2, "
+        "retried after 429/503) instead of the data directory; e.g. http://127.0.0.1:4480",
+    )
+    im.add_argument(
+        "--agent-id",
+        default="agtp://localhost/agents/ans-import",
+        help="with --server: the governance Agent-ID sending the ACTIVATEs",
+    )
+    im.add_argument("--principal-id", default=None, help="with --server (default: $USER)")
+    im.add_argument(
+        "--scope", default="discovery:register", help="with --server: Authority-Scope"
+    )
+    im.add_argument(
+        "--concurrency", type=int, default=16, help="with --server: ACTIVATEs in flight"
+    )
+    im.add_argument("--cacert", default=None, help="with --server: CA bundle for https")
 
     d = sub.add_parser("discover", help="send DISCOVER and print a verified, ranked table")
     d.add_argument("intent", help="natural-language description of the needed capability")

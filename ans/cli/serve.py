@@ -61,6 +61,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     --strict any refused; 2 on usage errors (bad flags, unreadable files,
     data directory in use)."""
     from .. import config as config_mod
+    from ..datadir_lock import DataDirBusy
     from ..importer import import_files
     from ..preflight import check_data_dir
     from ..server import configure_logging
@@ -70,6 +71,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     for f in args.files:
         if not f.is_file():
             raise ConfigError(f"no such file: {f}")
+    if args.server:
+        return _import_online(args)
     cfg = config_mod.load(
         args.config,
         data_dir=args.data_dir,
@@ -77,7 +80,12 @@ def cmd_import(args: argparse.Namespace) -> int:
     )
     check_data_dir(cfg.data_dir)  # a mistyped --data-dir must not become a fresh registry
     configure_logging("warning", cfg.log_format)
-    report = import_files(cfg, args.files, batch=args.batch, workers=args.workers)
+    try:
+        report = import_files(cfg, args.files, batch=args.batch, workers=args.workers)
+    except DataDirBusy as exc:
+        raise ConfigError(
+            f"{exc}, or import into the running server: ans import --server URL FILE..."
+        ) from None
     for r in report.refused[: args.refusals]:
         print(
             f"{r.file}:{r.line}: {r.status} {r.code}: {r.message} ({r.canonical_id[:80]})",
@@ -94,6 +102,32 @@ def cmd_import(args: argparse.Namespace) -> int:
         f"refused {len(report.refused)}, {report.rate:.0f} agents/s"
         + (", index snapshot written" if report.snapshot else "")
     )
+    if args.strict and report.refused:
+        return 1
+    return 0 if report.imported + report.unchanged > 0 else 1
+
+
+def _import_online(args: argparse.Namespace) -> int:
+    """``ans import --server URL``: ACTIVATE every line on the running server."""
+    import getpass
+
+    from ..import_online import import_online
+
+    if not 1 <= args.concurrency <= 256:
+        raise ConfigError("--concurrency must be from 1 to 256")
+    report = import_online(
+        args.server,
+        args.files,
+        agent_id=args.agent_id,
+        principal_id=args.principal_id or getpass.getuser(),
+        scope=args.scope,
+        concurrency=args.concurrency,
+        verify=args.cacert or True,
+    )
+    for r in report.refused[: args.refusals]:
+        print(f"{r.file}:{r.line}: {r.status} {r.code}: {r.message}", file=sys.stderr)
+    if len(report.refused) > args.refusals:
+        print(f"... {len(report.refused) - args.refusals} more refused lines", file=sys.stderr)
     if args.strict and report.refused:
         return 1
     return 0 if report.imported + report.unchanged > 0 else 1

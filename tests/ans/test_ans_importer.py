@@ -367,7 +367,7 @@ def test_import_refuses_a_locked_data_dir_and_cli_exit_codes(
     assert ok.returncode == 0, ok.stderr  # a refused line fails the run only with --strict
     assert "imported 1, unchanged 0, refused 1" in ok.stdout
     assert ":2: 400 malformed_json" in ok.stderr
-    assert "ans import: 2 lines" in ok.stderr  # the final progress line (not a TTY)
+    assert "ans import: 2 records" in ok.stderr  # the summary counts records (not a TTY)
     strict = run("--strict")
     assert strict.returncode == 1 and "imported 0, unchanged 1, refused 1" in strict.stdout
     assert cli_main(["import", str(tmp_path / "missing.jsonl"), "--data-dir", str(data)]) == 2
