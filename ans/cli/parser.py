@@ -96,9 +96,7 @@ def _parser() -> argparse.ArgumentParser:
         help="with --server: the governance Agent-ID sending the ACTIVATEs",
     )
     im.add_argument("--principal-id", default=None, help="with --server (default: $USER)")
-    im.add_argument(
-        "--scope", default="discovery:register", help="with --server: Authority-Scope"
-    )
+    im.add_argument("--scope", default="discovery:register", help="with --server: Authority-Scope")
     im.add_argument(
         "--concurrency", type=int, default=16, help="with --server: ACTIVATEs in flight"
     )
@@ -217,4 +215,100 @@ def _parser() -> argparse.ArgumentParser:
         "(secrets redacted)",
     )
     cs.add_argument("--config", type=Path, help="TOML configuration file")
+    _polish(ap)
     return ap
+
+
+# Help for options declared without one: (command path, dest) -> text.
+_HELP = {
+    (
+        "serve",
+        "log_format",
+    ): "operational log format on stderr (console, or one JSON object a line)",
+    ("serve", "log_level"): "least level of the operational log",
+    ("*", "timeout"): "seconds to wait for the answer",
+    ("discover", "trust_tier_min"): "admit trust tiers 1..N (default: 1-2; 3 only when asked)",
+    ("discover", "behavioral_trust_min"): "least behavioral_trust_score (0.0-1.0)",
+    ("discover", "governance_zone"): "only agents in this zone, e.g. zone:finance",
+    ("discover", "org_domain"): "only agents of this organisation domain",
+    ("discover", "limit"): "results to return (server default 10, at most max_limit)",
+    ("discover", "scope_negotiate"): "add each agent's required_scope to its result",
+    ("lifecycle", "event"): "the lifecycle event to send",
+    ("governance sign-manifest", "key"): "governance private key PEM (ans governance keygen)",
+    ("audit verify", "data_dir"): "the server's data directory",
+}
+
+# Examples shown at the end of each command's --help.
+_EXAMPLES = {
+    "serve": [
+        "ans serve --demo                                   # demo catalog on 127.0.0.1:4480",
+        "ans serve --data-dir /var/lib/ans --governance-jwks gov.jwks.json",
+        "ANS_SERVER__LISTEN=0.0.0.0:4480 ans serve --config ans.toml",
+    ],
+    "import": [
+        "ans import agents.jsonl --data-dir ans-data --governance-jwks gov.jwks.json",
+        "ans import agents.jsonl --server http://127.0.0.1:4480   # into a running server",
+    ],
+    "discover": [
+        'ans discover "audit Solidity smart contracts" --trust-tier-min 2 --limit 5',
+        'ans discover "translate a contract" --json --server https://ans.example:4480',
+    ],
+    "activate": ["ans activate signed.json --server http://127.0.0.1:4480"],
+    "governance keygen": ["ans governance keygen --key gov.pem   # also writes gov.jwks.json"],
+    "governance sign-manifest": [
+        "ans governance sign-manifest examples/agent.json --key gov.pem --out signed.json"
+    ],
+    "lifecycle": [
+        "ans lifecycle revoke CANONICAL_ID --governance-key gov.pem --reason compromised"
+    ],
+    "peers check": [
+        "ans peers check --config ans.toml",
+        "ans peers check --peer 2@http://peer:4480",
+    ],
+    "audit verify": ["ans audit verify --data-dir ans-data"],
+    "backup": ["ans backup /backups/ans-2026-11-25 --data-dir ans-data"],
+    "restore": ["ans restore /backups/ans-2026-11-25 --data-dir ans-data-restored"],
+    "config show": ["ANS_DISCOVERY__MIN_RELEVANCE=0.01 ans config show --config ans.toml"],
+}
+
+
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Every option's default is shown, unless its help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" not in text
+            and default not in (None, False, argparse.SUPPRESS)
+            and action.option_strings
+            and not isinstance(action, argparse._StoreTrueAction)
+        ):
+            text += " (default: %(default)s)"
+        return text
+
+
+def _subparsers(
+    ap: argparse.ArgumentParser, path: str = ""
+) -> list[tuple[str, argparse.ArgumentParser]]:
+    out = []
+    for action in ap._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                full = f"{path} {name}".strip()
+                out.append((full, sub))
+                out += _subparsers(sub, full)
+    return out
+
+
+def _polish(ap: argparse.ArgumentParser) -> None:
+    """Help with defaults and examples on every command."""
+    ap.formatter_class = _Help
+    for path, sub in _subparsers(ap):
+        sub.formatter_class = _Help
+        for action in sub._actions:
+            if action.help is None and action.dest != "help":
+                action.help = _HELP.get((path, action.dest)) or _HELP.get(("*", action.dest))
+        examples = _EXAMPLES.get(path)
+        if examples:
+            sub.epilog = "examples:\n" + "\n".join(f"  {e}" for e in examples)
