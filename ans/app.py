@@ -216,8 +216,9 @@ class AnsApp:
             note(code=str(exc.code))
             return exc
         log.exception("unhandled error", path=path, method=method)
-        note(code="internal_error")
-        return ServerError("internal error; see the server log")
+        err = ServerError("internal error; see the server log")
+        note(code=str(err.code))
+        return err
 
     @staticmethod
     def failure(exc: Exception, task_id: str | None, method: Any, path: Any) -> Answer:
@@ -230,7 +231,7 @@ class AnsApp:
 
     def refusal(self, exc: Exception, task_id: str | None, method: Any, path: Any) -> Answer:
         """:meth:`failure`, with the error object signed when ``method`` is
-        DISCOVER (every DISCOVER answer is signed: README, "Signed refusals").
+        DISCOVER (every DISCOVER answer is signed: docs/wire-contract.md, "Signed refusals").
         Call it from the ``except`` block that caught ``exc``."""
         if method not in SIGNED_METHODS:
             return self.failure(exc, task_id, method, path)

@@ -22,7 +22,7 @@ the registry, or unreadable, is rebuilt from it).
 file against ``backup.json``, runs SQLite's integrity check and verifies the
 audit log's hash chain before it copies anything in.
 
-PostgreSQL stores are backed up with ``pg_dump`` (README, "Backups"); this
+PostgreSQL stores are backed up with ``pg_dump`` (docs/operations.md, "Backups"); this
 module covers the embedded store and the files beside it.
 """
 

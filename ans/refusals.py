@@ -7,7 +7,7 @@ A DISCOVER error answer keeps the AGTP envelope ``{"status", "task_id",
 error object without that field). The object covers what a forger would
 want to change: the code and message, the status, the Task-ID, when it was
 made, the query it refuses once the parameters parsed, and on a 429 the
-``Retry-After`` seconds. See the README, "Signed refusals".
+``Retry-After`` seconds. See docs/wire-contract.md, "Signed refusals".
 
 :func:`check_refusal` is the client side: it verifies the signature against
 the ANS keys and the binding to the request that was sent.

@@ -26,8 +26,8 @@ class ErrorCode(StrEnum):
     (``tests/protocol/test_protocol_error_codes.py`` scans the source). Members
     are ``str``: they compare equal to, and serialize (orjson, json, JCS) as,
     their wire value; but orjson refuses them as dict *keys* ("Dict key must
-    be str"), so a code that becomes a key is ``str(code)`` first. The README
-    table "Error codes" lists exactly these values (tested). Grouped by the
+    be str"), so a code that becomes a key is ``str(code)`` first. The table
+    "Error codes" in docs/wire-contract.md lists exactly these values (tested). Grouped by the
     status they are answered with.
     """
 

@@ -190,7 +190,7 @@ def _parser() -> argparse.ArgumentParser:
         help="back the data directory up into a new directory, while the server runs",
         description="Copies the registry with SQLite's online backup API and every other "
         "file of the data directory (keys, audit log, index snapshot), with backup.json "
-        "(sizes, SHA-256). For a PostgreSQL store use pg_dump (README, Backups).",
+        "(sizes, SHA-256). For a PostgreSQL store use pg_dump (docs/operations.md, Backups).",
     )
     bk.add_argument("target", type=Path, help="new (or empty) directory for the backup")
     bk.add_argument("--data-dir", type=Path, default=Path("ans-data"), help="(default ans-data)")

@@ -22,7 +22,7 @@ and rounded to six decimals. A compound intent ("latest news about Tesla and
 how it moved the stock") is also scored part by part; the final score is the
 mean of the whole-intent score and the best part score, so an agent that does
 one part well is found. Weights are fixed in :data:`.scoring.WEIGHTS`; the
-README says how they were chosen (leave-one-out over the published example
+docs/matching.md says how they were chosen (leave-one-out over the published example
 tasks only).
 
 This module owns :class:`CapabilityIndex`, the thread-safe facade over those

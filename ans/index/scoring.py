@@ -37,7 +37,7 @@ LexicalHits = list[tuple[Vectors, npt.NDArray[np.int32]]]
 
 # Fusion weights. context/capability/example/lexical were fitted by
 # leave-one-out over the MetaTool *example tasks* only (never the evaluation
-# queries); tag is fixed a priori (MetaTool has no tags). See README.
+# queries); tag is fixed a priori (MetaTool has no tags). See docs/matching.md.
 WEIGHTS: dict[str, float] = {
     "context": 0.2,
     "capability": 0.2,

@@ -1,6 +1,6 @@
 """ErrorCode is the one list of AGTP error codes (issue 24 item 8).
 
-Three things keep it so: the README table "Error codes" lists exactly the
+Three things keep it so: the table "Error codes" in docs/wire-contract.md lists exactly the
 enum's values (both ways, each under its class's status); no product module
 passes a string literal as an error ``code`` or sets a class ``code`` to one;
 and a member is on the wire exactly its value (orjson, json, JCS).
@@ -37,7 +37,7 @@ CODE_RE = re.compile(r"`([a-z][a-z0-9_]*)`")
 def _readme_table() -> dict[int, set[str]]:
     """{status: codes} from the README section "Error codes": the backticked
     names in each row, except in notes (in parentheses)."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "wire-contract.md").read_text(encoding="utf-8")
     section = text.split("### Error codes\n", 1)[1]
     rows: dict[int, set[str]] = {}
     for line in section.splitlines():
