@@ -60,8 +60,10 @@ class RequestLog:
         metrics: Metrics,
         clock: Callable[[], float] = time.monotonic,
         rng: Callable[[], float] = random.random,
+        logger: Any = None,
     ) -> None:
         self.settings = settings
+        self.log = logger if logger is not None else log
         self.metrics = metrics
         self._clock = clock
         self._rng = rng
@@ -131,4 +133,4 @@ class RequestLog:
             line["intent"] = facts["intent"][:MAX_INTENT]
         if suppressed:
             line["suppressed"] = suppressed
-        log.info("request", **line)
+        self.log.info("request", **line)

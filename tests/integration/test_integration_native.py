@@ -487,17 +487,17 @@ def test_cli_discover_over_the_native_framing(
     demo: RunningServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert demo.native_url is not None
-    intent = "audit Solidity smart contracts for reentrancy"  # four matches at tiers 1-2
-    assert main(["discover", intent, "--limit", "4", "--server", demo.native_url, "--json"]) == 0
+    intent = "audit Solidity smart contracts for reentrancy"  # several matches at tiers 1-2
+    assert main(["discover", intent, "--limit", "8", "--server", demo.native_url, "--json"]) == 0
     captured = capsys.readouterr()
     with h2_client(demo.url) as c:
         kid = c.jwks()["keys"][0]["kid"]
-        over_h2 = c.discover({"intent": intent, "limit": 4}).result
+        over_h2 = c.discover({"intent": intent, "limit": 8}).result
     # with --json, stdout is the JSON document alone; the verdict is on stderr
     assert f"signature: verified (ES256, kid {kid}, query_digest matches)" in captured.err
     body = json.loads(captured.out)
     ids = [r["canonical_id"] for r in body["result"]["results"]]
-    assert len(ids) == 4 and ids == [r["canonical_id"] for r in over_h2["results"]]
+    assert len(ids) >= 3 and ids == [r["canonical_id"] for r in over_h2["results"]]
     # A typed AGTP error comes back as such, not as a transport failure.
     assert main(["discover", "x", "--domains", "nope", "--server", demo.native_url]) == 2
     assert "422 invalid_capability_domains" in capsys.readouterr().err
