@@ -110,7 +110,10 @@ def serving(
     loop, stop = loop_and_stop
 
     def stop_server() -> None:
-        loop.call_soon_threadsafe(stop.set)
+        # Called again on the way out: by then a quick stop may have ended
+        # the server's thread and closed its loop (seen under CPU load).
+        with contextlib.suppress(RuntimeError):  # "Event loop is closed"
+            loop.call_soon_threadsafe(stop.set)
 
     try:
         yield port, app, stop_server
