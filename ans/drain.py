@@ -27,6 +27,15 @@ and the federation transport of ANS) fails every stream still open on a
 connection as soon as it receives a GOAWAY, even those the GOAWAY lets
 complete. The whole drain is bounded by ``graceful_timeout``: hypercorn then
 cancels what is left. HTTP/1.1 connections keep hypercorn's own behaviour.
+
+The drain runs in the connection's idle timer, and the connection's read task
+waits for that task to end when a request starts (``idle_task.stop()``): a
+drain that ignored its cancellation held every request of the batch being
+read until it had sent its GOAWAY, and the rest of the batch then hit a
+closed h2 connection (``ProtocolError`` in hypercorn's task group). So the
+drain waits with ``asyncio.timeout``, never ``asyncio.wait_for`` (which on
+Python 3.11 drops a cancellation that comes as the awaited event is set), and
+checks, each time it wakes, that it has not been asked to stop.
 """
 
 from __future__ import annotations
@@ -121,6 +130,15 @@ def has_unread_bytes(server: Any) -> bool:
         return False
 
 
+def _stop_if_cancelled() -> None:
+    """Raise CancelledError if this task has been asked to stop, even if an
+    await swallowed the request: a request started (hypercorn stops the idle
+    timer the drain runs in, and its read task waits for the drain to end)."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 async def finish_http2(server: Any) -> None:
     """For an idle connection of a stopping server (hypercorn's TCPServer):
     PING, wait for the ACK, then GOAWAY with the last stream processed. A
@@ -140,8 +158,10 @@ async def finish_http2(server: Any) -> None:
     give_up = loop.time() + ACK_WAIT + UNREAD_MAX
     wait = ACK_WAIT
     while True:
+        _stop_if_cancelled()
         try:
-            await asyncio.wait_for(ctx.acked.wait(), wait)
+            async with asyncio.timeout(wait):  # not wait_for: see the module
+                await ctx.acked.wait()
             break
         except TimeoutError:
             # No ACK yet. A busy server may not have read what the client sent
@@ -155,6 +175,7 @@ async def finish_http2(server: Any) -> None:
     # below the GOAWAY's last stream id, which would say they were processed.
     while proto.connection.highest_inbound_stream_id > ctx.started and loop.time() < give_up:
         await asyncio.sleep(UNREAD_RECHECK)
+    _stop_if_cancelled()
     await ctx.terminated.set()  # hypercorn refuses new streams from now on
     last = proto.connection.highest_inbound_stream_id
     await proto._flush()

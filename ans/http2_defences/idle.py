@@ -22,8 +22,12 @@ when HTTP/2 takes over an idle connection.
 
 **Idle when the server stops.** ``Http2Defences.before_shutdown_close`` (the
 HTTP/2 drain of :mod:`ans.drain`) is awaited before such a connection is
-closed. The idle timer also tells the connection table (:mod:`.connections`)
-when a connection becomes idle or busy, for eviction at the cap.
+closed. A request that starts meanwhile cancels the timer, and with it the
+drain, even in the instant the server begins to stop (the wait for the stop
+uses ``asyncio.timeout``: ``asyncio.wait_for`` on Python 3.11 loses a
+cancellation that arrives as the awaited event is set). The idle timer also
+tells the connection table (:mod:`.connections`) when a connection becomes
+idle or busy, for eviction at the cap.
 """
 
 from __future__ import annotations
@@ -90,7 +94,12 @@ def _close_or_keep_alive(_idle_timeout: Callable[..., Any]) -> Callable[..., Any
             else:
                 wait, why = self.config.keep_alive_timeout, ""
             try:
-                await asyncio.wait_for(self.context.terminated.wait(), wait)
+                # Not asyncio.wait_for: on Python 3.11 it drops a cancellation
+                # that comes as the wait completes (the server stops as a
+                # request starts), and the drain ran while the request's read
+                # task waited for this task to end.
+                async with asyncio.timeout(wait):
+                    await self.context.terminated.wait()
             except TimeoutError:
                 if why:
                     log.info(f"connection closed: {why}", seconds=first)
