@@ -23,10 +23,12 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
 import pytest
 from hypercorn.asyncio import serve
@@ -172,3 +174,33 @@ def test_a_request_starting_as_the_server_stops_is_answered_before_the_goaway(
     assert goaways == [(max(sids), 0)]  # NO_ERROR, naming the last request
     assert errors == []
 
+
+def test_requests_read_after_the_goaway_are_refused_not_processed() -> None:
+    """refuse_after_goaway, on real h2 connections: in a batch read after the
+    GOAWAY named stream 1, the requests above it (3, and 5 with a body) are
+    reset REFUSED_STREAM and none of their events goes on to hypercorn; the
+    rest of stream 1's request does."""
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+    client.initiate_connection()
+    server.initiate_connection()
+    server.receive_data(client.data_to_send())
+    client.receive_data(server.data_to_send())
+    server.receive_data(client.data_to_send())
+    head = [(":method", "POST"), (":path", "/"), (":scheme", "http"), (":authority", "localhost")]
+    client.send_headers(1, head)
+    server.receive_data(client.data_to_send())  # stream 1 started before the GOAWAY
+    client.send_data(1, b"{}", end_stream=True)
+    client.send_headers(3, head, end_stream=True)
+    client.send_headers(5, head)
+    client.send_data(5, b"x" * 1000, end_stream=True)
+    events = server.receive_data(client.data_to_send())
+    kept = drain.refuse_after_goaway(SimpleNamespace(connection=server), 1, events)
+    assert {getattr(e, "stream_id", None) for e in kept} == {1}
+    assert [type(e) for e in kept] == [h2.events.DataReceived, h2.events.StreamEnded]
+    resets = {
+        e.stream_id: e.error_code
+        for e in client.receive_data(server.data_to_send())
+        if isinstance(e, h2.events.StreamReset)
+    }
+    assert resets == {3: h2.errors.ErrorCodes.REFUSED_STREAM, 5: h2.errors.ErrorCodes.REFUSED_STREAM}
