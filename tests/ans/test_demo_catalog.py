@@ -7,11 +7,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ans.config import Config
-from ans.demo import activate_demo, demo_capabilities, demo_manifest, load_catalog
 from ans.governance.signing import sign_document
 from ans.protocol.messages import ActivateRequest, Identity
 from ans.protocol.scope import parse_authority_scope
+
+from ans.config import Config
+from ans.demo import activate_demo, demo_capabilities, demo_manifest, load_catalog
 from ans.wiring import build_service
 
 GOV = Identity(
