@@ -60,7 +60,7 @@ def log(msg: str) -> None:
 
 def pct(xs: list[float], p: float) -> float:
     s = sorted(xs)
-    return round(s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))], 2)
+    return round(s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))], 2)
 
 
 def prepare(size: int, cache: Path) -> tuple[Path, Path]:
@@ -69,9 +69,19 @@ def prepare(size: int, cache: Path) -> tuple[Path, Path]:
     if not (catalog / "agents.jsonl").is_file():
         log(f"generating a {size}-agent catalog")
         subprocess.run(
-            [sys.executable, "-m", "tools.synth", "--agents", str(size), "--seed", "1",
-             "--out", str(catalog)],
-            check=True, cwd=ROOT,
+            [
+                sys.executable,
+                "-m",
+                "tools.synth",
+                "--agents",
+                str(size),
+                "--seed",
+                "1",
+                "--out",
+                str(catalog),
+            ],
+            check=True,
+            cwd=ROOT,
         )
     data = cache / f"visibility-{size}" / "data"
     marker = data / ".imported"
@@ -79,9 +89,17 @@ def prepare(size: int, cache: Path) -> tuple[Path, Path]:
         log(f"importing {size} agents into {data}")
         data.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run(
-            [ANS, "import", "--data-dir", str(data), "--governance-jwks",
-             str(catalog / "governance.jwks.json"), str(catalog / "agents.jsonl")],
-            check=True, stdout=subprocess.DEVNULL,
+            [
+                ANS,
+                "import",
+                "--data-dir",
+                str(data),
+                "--governance-jwks",
+                str(catalog / "governance.jwks.json"),
+                str(catalog / "agents.jsonl"),
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
         )
         marker.write_text("ok")
     return data, catalog
@@ -110,7 +128,9 @@ async def one_per_worker(url: str, workers: int) -> dict[int, httpx.AsyncClient]
     return found
 
 
-async def measure(url: str, agents: list[tuple[dict[str, Any], str]], workers: int) -> dict[str, Any]:
+async def measure(
+    url: str, agents: list[tuple[dict[str, Any], str]], workers: int
+) -> dict[str, Any]:
     conns = await one_per_worker(url, workers)
     latencies: list[float] = []
     tries: list[int] = []
@@ -123,7 +143,9 @@ async def measure(url: str, agents: list[tuple[dict[str, Any], str]], workers: i
             q = body("DISCOVER", {"intent": intent, "limit": 10})
             if i % 2:  # idle reader: how long until its background poll has it
                 before = (await reader.get("/healthz")).json()["agents"]
-            r = await writer.request("ACTIVATE", "/", headers=REGISTER, content=body("ACTIVATE", params))
+            r = await writer.request(
+                "ACTIVATE", "/", headers=REGISTER, content=body("ACTIVATE", params)
+            )
             t0 = time.perf_counter()
             if r.status_code != 200:
                 errors.append(f"ACTIVATE {r.status_code}: {r.text[:200]}")
@@ -163,16 +185,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--catalog-size", type=int, default=10_000)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "ans-bench")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "workers-visibility.json")
+    ap.add_argument(
+        "--out", type=Path, default=ROOT / "bench" / "results" / "workers-visibility.json"
+    )
     args = ap.parse_args(argv)
     data, catalog = prepare(args.catalog_size, args.cache)
     key = synth.load_or_create_key(catalog)
-    agents = [synth.unique_agent(30_000_000 + int(time.time()) % 1_000_000 * 1000 + i, key)
-              for i in range(args.agents)]
+    agents = [
+        synth.unique_agent(30_000_000 + int(time.time()) % 1_000_000 * 1000 + i, key)
+        for i in range(args.agents)
+    ]
     config = data.parent / "ans.toml"
     config.write_text(CONFIG)
-    srv = start_server(data, "--governance-jwks", str(catalog / "governance.jwks.json"),
-                       "--config", str(config), "--workers", str(args.workers))
+    srv = start_server(
+        data,
+        "--governance-jwks",
+        str(catalog / "governance.jwks.json"),
+        "--config",
+        str(config),
+        "--workers",
+        str(args.workers),
+    )
     try:
         out = asyncio.run(measure(srv.url, agents, args.workers))
     finally:
@@ -181,17 +214,22 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "benchmark": "ACTIVATE on one worker -> visible on another (bench/workers_visibility.py)",
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": "bench/workers_visibility.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "bench/workers_visibility.py "
+        + " ".join(sys.argv[1:] if argv is None else argv),
         "workers": args.workers,
         "catalog_agents": args.catalog_size,
         "discover_after_200_ms": {
-            "n": len(lat), "p50": pct(lat, 50) if lat else None, "p99": pct(lat, 99) if lat else None,
+            "n": len(lat),
+            "p50": pct(lat, 50) if lat else None,
+            "p99": pct(lat, 99) if lat else None,
             "max": round(max(lat), 2) if lat else None,
             "mean_discovers_needed": round(statistics.mean(out["tries"]), 3) if lat else None,
         },
         "idle_worker_applied_ms": {
-            "n": len(idle), "p50": pct(idle, 50) if idle else None,
-            "p99": pct(idle, 99) if idle else None, "max": round(max(idle), 2) if idle else None,
+            "n": len(idle),
+            "p50": pct(idle, 50) if idle else None,
+            "p99": pct(idle, 99) if idle else None,
+            "max": round(max(idle), 2) if idle else None,
         },
         "target": "p99 <= 100 ms",
         "errors": out["errors"][:20],
@@ -199,10 +237,12 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     d, i = result["discover_after_200_ms"], result["idle_worker_applied_ms"]
-    print(f"workers {args.workers}, catalog {args.catalog_size}: ACTIVATE 200 -> DISCOVER on "
-          f"another worker sees it: p50 {d['p50']} ms, p99 {d['p99']} ms, max {d['max']} ms "
-          f"(n={d['n']}, DISCOVERs needed {d['mean_discovers_needed']}); idle worker applied it "
-          f"by itself: p50 {i['p50']} ms, p99 {i['p99']} ms, max {i['max']} ms (n={i['n']})")
+    print(
+        f"workers {args.workers}, catalog {args.catalog_size}: ACTIVATE 200 -> DISCOVER on "
+        f"another worker sees it: p50 {d['p50']} ms, p99 {d['p99']} ms, max {d['max']} ms "
+        f"(n={d['n']}, DISCOVERs needed {d['mean_discovers_needed']}); idle worker applied it "
+        f"by itself: p50 {i['p50']} ms, p99 {i['p99']} ms, max {i['max']} ms (n={i['n']})"
+    )
     print(f"results: {args.out}")
     if out["errors"]:
         print(f"ERRORS: {out['errors'][:5]}", file=sys.stderr)
