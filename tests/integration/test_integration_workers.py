@@ -33,6 +33,7 @@ from ans.governance.keys import SigningKey
 from ans.governance.lifecycle import make_event
 from ans.governance.signing import sign_document
 
+from ans.client import connect
 from tools.launcher import RunningServer
 
 pytestmark = pytest.mark.integration
@@ -104,6 +105,8 @@ def workers(
         "--demo",
         "--workers",
         "2",
+        "--native-listen",
+        "127.0.0.1:0",
         "--governance-jwks",
         str(test_gov_key[1]),
         "--config",
@@ -146,6 +149,30 @@ def test_activate_on_one_worker_is_seen_by_the_next_discover_on_every_worker(
                     assert m["canonical_id"] in discover_ids(c)
                     seen_by[worker_of(c)] += 1
     assert seen_by[0] > 0 and seen_by[1] > 0, seen_by  # both workers answered
+
+
+def test_the_native_listener_is_served_by_every_worker(
+    workers: RunningServer, test_gov_key: tuple[SigningKey, Path]
+) -> None:
+    """Native DISCOVERs on new connections (spread over both workers' sockets:
+    one that no worker served would leave its connections unanswered) see an
+    agent ACTIVATEd through HTTP/2 just before."""
+    assert workers.native_url is not None
+    m = manifest("tide-native", test_gov_key[0], "Predicts ocean tide tables for harbours.")
+    with client(workers.url) as c:
+        activate(c, m)
+    for _ in range(16):
+        with connect(
+            workers.native_url,
+            agent_id=QUERY["agent-id"],
+            principal_id="usr-1",
+            scope="discovery:query",
+            timeout=WAIT,
+        ) as nc:
+            r = nc.discover({"intent": INTENT, "limit": 10})
+            assert r.status == 200, r.body
+            ids = {x["canonical_id"] for x in r.result["results"]}
+            assert m["canonical_id"] in ids
 
 
 async def _revoke_under_load(url: str, target: str, event: dict[str, Any]) -> dict[str, Any]:
