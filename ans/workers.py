@@ -35,11 +35,13 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 
 from .config import Config
 from .core.context import Clock
+from .matcher import profile_from
 from .server import listening_socket, native_url, url_of
 
 log = structlog.get_logger("ans.workers")
@@ -250,6 +252,27 @@ class Supervisor:
                 self._spawn(slot)
 
 
+HEADROOM_ID = "ans-workers-headroom"
+
+
+def share_more(matcher: Any) -> None:
+    """Before the fork, so that the workers share more of the index:
+
+    * grow the index's per-slot arrays once here (a placeholder agent with one
+      example, upserted and removed): a worker's first new agent would
+      otherwise reallocate them (capacity doubles), a private copy of every
+      vector row in each worker; now it fills a free row of the shared arrays;
+    * run one query, so what the index builds lazily on its first read is
+      built once, in the shared pages."""
+    profile = profile_from(
+        {"canonical_id": HEADROOM_ID, "agent_label": "headroom", "job_description": "headroom"},
+        {"tags": ["headroom"], "examples": [{"id": "h", "text": "headroom"}]},
+    )
+    matcher.upsert(profile, matcher.embed_profile(profile))
+    matcher.remove(HEADROOM_ID)
+    matcher.query("warm up the index", None)
+
+
 def describe_exit(status: int) -> str:
     if os.WIFSIGNALED(status):
         return f"signal {signal.Signals(os.WTERMSIG(status)).name}"
@@ -275,6 +298,7 @@ def serve_workers(built: object, config: Config, n: int) -> int:
     service.store.close()
     service.audit.close()
     lock = built.lock
+    share_more(service.matcher)
     gc.collect()
     gc.freeze()  # the loaded objects stay shared: the collector never writes to them
 
