@@ -21,7 +21,7 @@ Outbox rows are deleted once the log is fsynced past them (every
 
 With ``ans serve --workers N`` each worker keeps its own hash-chained log
 (:func:`worker_log_path`: worker 0 the usual ``audit.jsonl``, worker *i*
-``audit/worker-i.jsonl``): one appender per file, no cross-process lock on
+``audit-worker-i.jsonl``): one appender per file, no cross-process lock on
 the hot path, and a chain that a crash of one worker cannot fork. Every
 record of worker *i* carries ``"worker": i`` (:class:`WorkerAuditLog`), so
 recovery replays into a log only that worker's own outbox rows (rows without
@@ -48,30 +48,30 @@ REF = "registry_txn"
 WORKER = "worker"
 TRIM_EVERY = 256
 AUDIT_FILE = "audit.jsonl"
-WORKER_DIR = "audit"
+WORKER_PREFIX = "audit-worker-"
 log = structlog.get_logger("ans.audit")
 
 
 def worker_log_path(data_dir: Path, worker: int) -> Path:
     """Worker ``worker``'s audit log: ``audit.jsonl`` for worker 0 (the only
-    one of a single process), ``audit/worker-N.jsonl`` for the others."""
-    return (
-        data_dir / AUDIT_FILE if worker == 0 else data_dir / WORKER_DIR / f"worker-{worker}.jsonl"
-    )
+    one of a single process), ``audit-worker-N.jsonl`` for the others."""
+    if worker == 0:
+        return data_dir / AUDIT_FILE
+    return data_dir / f"{WORKER_PREFIX}{worker}.jsonl"
 
 
 def all_log_paths(data_dir: Path) -> list[Path]:
     """Every audit log in the data directory (``audit.jsonl`` first, then the
     other workers' in worker order) that exists."""
     paths = [data_dir / AUDIT_FILE] if (data_dir / AUDIT_FILE).exists() else []
-    return paths + [data_dir / WORKER_DIR / f"worker-{w}.jsonl" for w in logged_workers(data_dir)]
+    return paths + [worker_log_path(data_dir, w) for w in logged_workers(data_dir)]
 
 
 def logged_workers(data_dir: Path) -> list[int]:
-    """The workers (other than 0) that have a log under ``audit/``."""
+    """The workers (other than 0) that have a log in the data directory."""
     found = []
-    for p in (data_dir / WORKER_DIR).glob("worker-*.jsonl"):
-        num = p.stem.removeprefix("worker-")
+    for p in data_dir.glob(f"{WORKER_PREFIX}*.jsonl"):
+        num = p.stem.removeprefix(WORKER_PREFIX)
         if num.isdigit() and int(num) > 0:
             found.append(int(num))
     return sorted(found)

@@ -155,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         procs = r["after_activate"]["processes"]
         print(
             f"workers {r['workers']} ({r['agents']} agents): PSS total MB start "
-            f"{r['at_start']['pss_total_mb']}, after DISCOVERs {r['after_discovers']['pss_total_mb']}"
+            f"{r['at_start']['pss_total_mb']}, after DISCOVERs "
+            f"{r['after_discovers']['pss_total_mb']}"
             f", after an ACTIVATE {r['after_activate']['pss_total_mb']}; per process "
             "(RSS/PSS MB): " + ", ".join(f"{p.get('rss_mb')}/{p.get('pss_mb')}" for p in procs)
         )

@@ -1,6 +1,6 @@
 """``ans audit verify``: check the audit logs' hash chains offline (every
 worker's log of ``ans serve --workers N``: ``audit.jsonl`` and
-``audit/worker-N.jsonl``; or one ``--file``)."""
+``audit-worker-N.jsonl``; or one ``--file``)."""
 
 from __future__ import annotations
 

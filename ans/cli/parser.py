@@ -194,7 +194,7 @@ def _parser() -> argparse.ArgumentParser:
     av.add_argument(
         "--file",
         type=Path,
-        help="one audit log (default: every log in DATA_DIR: audit.jsonl, audit/worker-N.jsonl)",
+        help="one audit log (default: every log in DATA_DIR: audit.jsonl, audit-worker-N.jsonl)",
     )
     bk = sub.add_parser(
         "backup",

@@ -373,8 +373,8 @@ def test_sigterm_drains_every_worker_and_the_audit_logs_verify(
         check=False,
     )
     assert r.returncode == 0, r.stderr
-    assert r.stdout.count("intact") == 2, r.stdout  # audit.jsonl and audit/worker-1.jsonl
-    logs = [workers.data_dir / "audit.jsonl", workers.data_dir / "audit" / "worker-1.jsonl"]
+    assert r.stdout.count("intact") == 2, r.stdout  # audit.jsonl and audit-worker-1.jsonl
+    logs = [workers.data_dir / "audit.jsonl", workers.data_dir / "audit-worker-1.jsonl"]
     records = [orjson.loads(x) for p in logs for x in p.read_bytes().splitlines()]
     activations = [x for x in records if x["event"] == "activation" and x.get("worker") is not None]
     assert len(activations) == 1  # in the log of the worker that answered, once
