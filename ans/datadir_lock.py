@@ -1,5 +1,8 @@
 """The data directory's lock: one process (``ans serve`` or ``ans import``) at
-a time works on a registry."""
+a time works on a registry. The worker processes of ``ans serve --workers N``
+inherit the supervisor's lock (one open file, forked), so a second ``ans
+serve`` is refused until the supervisor and every worker have exited; among
+themselves they take :class:`WritersLock` for each state change."""
 
 from __future__ import annotations
 

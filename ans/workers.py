@@ -109,6 +109,7 @@ class Supervisor:
     on_stop: Callable[[], None] | None = None
     slots: list[Slot] = field(default_factory=list)
     stopping: bool = False
+    signalled: bool = False  # told to stop by SIGTERM/SIGINT (not a failed start)
     stop_deadline: float | None = None
 
     def __post_init__(self) -> None:
@@ -124,9 +125,13 @@ class Supervisor:
             self._spawn(slot)
 
     def stop(self) -> None:
-        self._on_stop(signal.SIGTERM, None)
+        self._stop()
 
     def _on_stop(self, signum: int, frame: object) -> None:
+        self.signalled = True
+        self._stop(signum)
+
+    def _stop(self, signum: int = signal.SIGTERM) -> None:
         if not self.stopping:
             self.stopping = True
             self.stop_deadline = time.monotonic() + self.graceful_timeout + KILL_AFTER
@@ -360,7 +365,7 @@ def serve_workers(built: object, config: Config, n: int) -> int:
         _complete_audit(config, service.clock)
         if lock is not None:
             lock.release()
-    return 0 if ok else 1
+    return 0 if ok or sup.signalled else 1
 
 
 def _complete_audit(config: Config, clock: Clock) -> None:
