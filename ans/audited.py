@@ -18,10 +18,23 @@ The log holds ``registry_txn`` values in increasing order (all state changes
 run under the service's activate lock), so recovery needs only the last one.
 Outbox rows are deleted once the log is fsynced past them (every
 ``TRIM_EVERY`` records, and after recovery).
+
+With ``ans serve --workers N`` each worker keeps its own hash-chained log
+(:func:`worker_log_path`: worker 0 the usual ``audit.jsonl``, worker *i*
+``audit-worker-i.jsonl``): one appender per file, no cross-process lock on
+the hot path, and a chain that a crash of one worker cannot fork. Every
+record of worker *i* carries ``"worker": i`` (:class:`WorkerAuditLog`), so
+recovery replays into a log only that worker's own outbox rows (rows without
+the field are worker 0's: a single process). Workers do not trim the outbox
+(a row another worker has not appended yet could go); the supervisor
+completes every log and trims when no worker runs (at start and at exit).
+``ans audit verify`` checks every log.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -32,8 +45,53 @@ from ans.protocol.errors import StorageUnavailable
 from .store import AuditEntry, RegistryStore
 
 REF = "registry_txn"
+WORKER = "worker"
 TRIM_EVERY = 256
+AUDIT_FILE = "audit.jsonl"
+WORKER_PREFIX = "audit-worker-"
 log = structlog.get_logger("ans.audit")
+
+
+def worker_log_path(data_dir: Path, worker: int) -> Path:
+    """Worker ``worker``'s audit log: ``audit.jsonl`` for worker 0 (the only
+    one of a single process), ``audit-worker-N.jsonl`` for the others."""
+    if worker == 0:
+        return data_dir / AUDIT_FILE
+    return data_dir / f"{WORKER_PREFIX}{worker}.jsonl"
+
+
+def all_log_paths(data_dir: Path) -> list[Path]:
+    """Every audit log in the data directory (``audit.jsonl`` first, then the
+    other workers' in worker order) that exists."""
+    paths = [data_dir / AUDIT_FILE] if (data_dir / AUDIT_FILE).exists() else []
+    return paths + [worker_log_path(data_dir, w) for w in logged_workers(data_dir)]
+
+
+def logged_workers(data_dir: Path) -> list[int]:
+    """The workers (other than 0) that have a log in the data directory."""
+    found = []
+    for p in data_dir.glob(f"{WORKER_PREFIX}*.jsonl"):
+        num = p.stem.removeprefix(WORKER_PREFIX)
+        if num.isdigit() and int(num) > 0:
+            found.append(int(num))
+    return sorted(found)
+
+
+class WorkerAuditLog(AuditLog):  # type: ignore[misc]  # (mypy sees ans.governance as Any)
+    """One worker's audit log: every record carries ``"worker": N``."""
+
+    def __init__(self, path: Path, *args: Any, worker: int, **kwargs: Any) -> None:
+        super().__init__(path, *args, **kwargs)
+        self.worker = worker
+
+    def entry(self, event: str, **fields: Any) -> dict[str, Any]:
+        entry: dict[str, Any] = super().entry(event, **fields, **{WORKER: self.worker})
+        return entry
+
+
+def worker_of(entry: dict[str, Any]) -> int:
+    w = entry.get(WORKER, 0)
+    return w if isinstance(w, int) and not isinstance(w, bool) else 0
 
 
 def require_writable(audit: AuditLog) -> None:
@@ -60,7 +118,7 @@ def publish(store: RegistryStore, audit: AuditLog, ref: int | None, entry: Audit
             canonical_id=entry.get("canonical_id"),
         )
         return
-    if ref % TRIM_EVERY == 0:
+    if ref % TRIM_EVERY == 0 and not isinstance(audit, WorkerAuditLog):
         _trim(store, audit, ref)
 
 
@@ -72,15 +130,20 @@ def _trim(store: RegistryStore, audit: AuditLog, upto: int) -> None:
         log.error("audit outbox not trimmed", error=str(exc), upto=upto)
 
 
-def recover(store: RegistryStore, audit: AuditLog) -> int:
+def recover(
+    store: RegistryStore, audit: AuditLog, worker: int | None = None, trim: bool = True
+) -> int:
     """At start-up: append every committed audit record the log lacks (a
-    crash came between a commit and its append); the number appended."""
+    crash came between a commit and its append); the number appended.
+    ``worker``: only that worker's rows (see :class:`WorkerAuditLog`);
+    ``trim``: then trim the outbox (only when no other worker runs and every
+    other log is complete)."""
     rows = store.audit_outbox()
     if not rows:
         return 0
     last: Any = audit.last_value(REF)
     done = last if isinstance(last, int) and not isinstance(last, bool) else 0
-    missing = [(i, e) for i, e in rows if i > done]
+    missing = [(i, e) for i, e in rows if i > done and (worker is None or worker_of(e) == worker)]
     for i, e in missing:
         audit.append({**e, REF: i}, durable=True)
     if missing:
@@ -90,6 +153,7 @@ def recover(store: RegistryStore, audit: AuditLog) -> int:
             records=len(missing),
             first_registry_txn=missing[0][0],
             last_registry_txn=missing[-1][0],
+            worker=worker,
         )
     if audit.backlog:
         log.error(
@@ -98,5 +162,41 @@ def recover(store: RegistryStore, audit: AuditLog) -> int:
             waiting=audit.backlog,
         )
         return len(missing)
-    _trim(store, audit, rows[-1][0])
+    if trim:
+        _trim(store, audit, rows[-1][0])
     return len(missing)
+
+
+def recover_workers(
+    store: RegistryStore,
+    data_dir: Path,
+    main: AuditLog,
+    open_log: Callable[[int], AuditLog],
+    workers: Iterable[int] = (0,),
+) -> int:
+    """Complete every worker's log from the outbox -- worker 0's is ``main``
+    (left open), the others' are opened with ``open_log(worker)`` and closed
+    -- then trim the outbox. ``workers``, and any worker with a log or an
+    outbox row. No worker may be running."""
+    rows = store.audit_outbox()
+    every = set(workers) | {0} | set(logged_workers(data_dir)) | {worker_of(e) for _, e in rows}
+    total = 0
+    complete = True
+    for w in sorted(every):
+        audit = main if w == 0 else open_log(w)
+        try:
+            total += recover(store, audit, worker=w, trim=False)
+            complete = complete and not audit.backlog
+            audit.sync()
+        except OSError as exc:
+            complete = False
+            log.error("audit log not synced after recovery", error=str(exc), worker=w)
+        finally:
+            if audit is not main:
+                audit.close()
+    if rows and complete:
+        try:
+            store.trim_audit_outbox(rows[-1][0])
+        except (OSError, StorageUnavailable) as exc:
+            log.error("audit outbox not trimmed", error=str(exc), upto=rows[-1][0])
+    return total

@@ -68,6 +68,9 @@ class Config:
     # On SIGTERM/SIGINT the server stops accepting and answers what it has
     # received for at most this many seconds (both listeners), then exits.
     graceful_timeout: float = 10.0
+    # Worker processes of ``ans serve`` on the same listeners (see ans.workers);
+    # 0: one per core; 1: a single process.
+    workers: int = 0
     tls_client_ca: Path | None = None  # CA bundle for client certificates (auth mode mtls)
     # [ans] identity of this server
     data_dir: Path = Path("ans-data")
@@ -204,6 +207,8 @@ class Config:
             raise ConfigError("request_timeout must be more than 0 and at most 300 seconds")
         if not 0 < self.write_timeout <= 3600:
             raise ConfigError("write_timeout must be more than 0 and at most 3600 seconds")
+        if not (isinstance(self.workers, int) and 0 <= self.workers <= 256):
+            raise ConfigError("workers must be an integer from 0 (one per core) to 256")
         if not 0 < self.graceful_timeout <= 3600:
             raise ConfigError("graceful_timeout must be more than 0 and at most 3600 seconds")
         w = self.ranking
@@ -285,6 +290,7 @@ _SECTIONS = {
         "request_timeout",
         "write_timeout",
         "graceful_timeout",
+        "workers",
         "tls_client_ca",
     },
     "ans": {

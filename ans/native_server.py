@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import ssl
 import time
 from collections import deque
@@ -106,15 +107,19 @@ class NativeListener:
     def protocol(self) -> NativeConnection:
         return NativeConnection(self)
 
-    async def start(self, host: str, port: int, tls: ssl.SSLContext | None) -> tuple[str, int]:
+    async def start(
+        self, host: str, port: int, tls: ssl.SSLContext | None, sock: socket.socket | None = None
+    ) -> tuple[str, int]:
+        """Listen on (host, port), or on ``sock`` when given (a worker of ``ans
+        serve --workers N``: bound by the supervisor)."""
         loop = asyncio.get_running_loop()
+        where: dict[str, Any] = {"sock": sock} if sock is not None else {"host": host, "port": port}
         self.server = await loop.create_server(
             self.protocol,
-            host,
-            port,
+            **where,
             ssl=tls,
             backlog=1024,
-            reuse_address=True,
+            reuse_address=sock is None,
             # A TLS handshake gets no longer than a request to arrive.
             ssl_handshake_timeout=self.request_timeout if tls is not None else None,
         )

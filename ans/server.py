@@ -85,14 +85,31 @@ def configure_logging(level: str = "info", fmt: str = "console") -> None:
 
 
 def bind_socket(config: Config) -> socket.socket:
-    host, port = config.host_port
+    return listening_socket(*config.host_port)
+
+
+def listening_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A TCP socket listening on (host, port); ``reuse_port``: SO_REUSEPORT,
+    so that each worker of ``ans serve --workers N`` has its own on one port
+    (the kernel spreads new connections over them)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(1024)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+    except BaseException:
+        sock.close()
+        raise
     sock.set_inheritable(True)
     return sock
+
+
+def url_of(sock: socket.socket, tls: bool) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"{'https' if tls else 'http'}://{'[' + host + ']' if ':' in host else host}:{port}"
 
 
 def hypercorn_config(
@@ -167,6 +184,11 @@ def connection_caps(config: Config, open_files: int) -> tuple[int, int]:
     return max(1, min(config.max_connections, usable - native)), native
 
 
+def native_url(host: str, port: int, tls: ssl.SSLContext | None) -> str:
+    scheme = SCHEME_TLS if tls is not None else SCHEME_CLEARTEXT
+    return f"{scheme}://{'[' + host + ']' if ':' in host else host}:{port}"
+
+
 class NativeDrain:
     """The native listener's drain as a lifespan background task: it runs
     alongside hypercorn's, and the lifespan shutdown (which closes the
@@ -193,7 +215,18 @@ def serve_forever(
     freshness: FreshnessRunner | None = None,
     gate: RequestGate | None = None,
     lock: DataDirLock | None = None,
+    *,
+    listeners: tuple[socket.socket, socket.socket | None] | None = None,
+    announce: bool = True,
+    save_snapshot: bool = True,
+    before_close: Callable[[], None] | None = None,
 ) -> None:
+    """Serve until SIGTERM/SIGINT, then drain and close. One worker of
+    ``ans serve --workers N`` passes its ``listeners`` (HTTP, native; bound by
+    the supervisor), does not ``announce`` the URLs on stdout (the supervisor
+    does, once every worker is ready: ``on_ready``), and only worker 0
+    writes the index snapshot; ``before_close`` runs before the snapshot
+    and the stores are closed (the change-feed follower stops)."""
     open_files = raise_open_file_limit()
     http_cap, native_cap = connection_caps(config, open_files)
     log.info(
@@ -203,10 +236,9 @@ def serve_forever(
         native=native_cap,
         per_client=config.max_connections_per_client,
     )
-    sock = bind_socket(config)
-    host, port = sock.getsockname()[:2]
-    scheme = "https" if config.tls_certfile else "http"
-    url = f"{scheme}://{'[' + host + ']' if ':' in host else host}:{port}"
+    sock = bind_socket(config) if listeners is None else listeners[0]
+    native_sock = None if listeners is None else listeners[1]
+    url = url_of(sock, config.tls_certfile is not None)
     native_drain = NativeDrain()
     app = AnsApp(
         service,
@@ -238,10 +270,12 @@ def serve_forever(
                 write_timeout=config.write_timeout,
                 max_connections=native_cap,
             )
-            n_host, n_port = await native.start(*native_at, native_tls)
-            scheme = SCHEME_TLS if native_tls is not None else SCHEME_CLEARTEXT
-            shown = f"[{n_host}]" if ":" in n_host else n_host
-            print(f"ANS native AGTP listening on {scheme}://{shown}:{n_port}", flush=True)
+            n_host, n_port = await native.start(*native_at, native_tls, sock=native_sock)
+            if announce:
+                print(
+                    f"ANS native AGTP listening on {native_url(n_host, n_port, native_tls)}",
+                    flush=True,
+                )
 
         async def shutdown() -> None:
             await stop.wait()
@@ -251,7 +285,8 @@ def serve_forever(
 
         server = asyncio.create_task(serve_fn(app, hc, shutdown_trigger=shutdown))  # type: ignore[arg-type]
         await asyncio.sleep(0)
-        print(f"ANS listening on {url}", flush=True)
+        if announce:
+            print(f"ANS listening on {url}", flush=True)
         if on_ready:
             on_ready(url)
         await server
@@ -265,8 +300,11 @@ def serve_forever(
     finally:
         if freshness is not None:
             freshness.close()
+        if before_close is not None:
+            before_close()
         try:
-            service.save_snapshot(config.data_dir / INDEX_DIR)
+            if save_snapshot:
+                service.save_snapshot(config.data_dir / INDEX_DIR)
         except Exception as exc:  # the next start applies the delta instead
             log.warning("index snapshot not written at shutdown", error=str(exc)[:200])
         service.audit.close()

@@ -137,6 +137,9 @@ class AnsService:
             "index_loaded_from": self.loader.loaded_from,
             "indexed": len(self.matcher),
         }
+        follower = self.index.follower
+        if follower is not None:  # one worker of ``ans serve --workers N``
+            body["worker"] = follower.worker
         if self.federator is not None:
             states = self.federator.health.snapshot().values()
             body["federation"] = {
@@ -163,10 +166,14 @@ class AnsService:
         return len(self.index)
 
     # -- the methods -------------------------------------------------------------------
+    # DISCOVER and DESCRIBE first apply what other workers committed
+    # (``ans serve --workers N``; a no-op in one process): see ans.follower.
     def discover(self, req: DiscoverRequest) -> dict[str, Any]:
+        self.index.catch_up()
         return self.discovery.discover(req)
 
     async def discover_async(self, req: DiscoverRequest) -> dict[str, Any]:
+        self.index.catch_up()
         return await self.discovery.discover_async(req)
 
     def activate(self, req: ActivateRequest) -> dict[str, Any]:
@@ -183,6 +190,7 @@ class AnsService:
         return self.lifecycle_events.apply(req)
 
     def describe(self, req: DescribeRequest) -> dict[str, Any]:
+        self.index.catch_up()
         return self.describer.describe(req)
 
     @property

@@ -4,13 +4,15 @@ trusted governance keys, audit log, federator and capability index opened
 (the index from its snapshot in ``DATA/index/`` when usable, else rebuilt and
 snapshotted), the request gate and the freshness runner. ``ans serve`` serves
 what :func:`build_service` returns (``server.py``); ``ans import`` uses
-:func:`build_offline_service`.
+:func:`build_offline_service`. With ``--workers N`` the supervisor builds the
+service once and each forked worker re-opens its own store and audit log
+(:func:`rewire_worker`) around the index it shares, following the change feed.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,9 +28,11 @@ from ans.governance.keys import KeyFileError, SigningKey, TrustedKeys
 from ans.governance.policy import ZonePolicy
 
 from .ann import AnnSettings
+from .audited import WorkerAuditLog, recover_workers, worker_log_path
 from .audited import recover as recover_audit
 from .config import Config, ConfigError
-from .datadir_lock import DataDirLock
+from .datadir_lock import DataDirLock, WritersLock
+from .follower import Follower
 from .freshness_runner import FreshnessRunner
 from .gate import RequestGate
 from .matcher import (
@@ -59,18 +63,26 @@ class Built:
     gate: RequestGate | None = None
     freshness: FreshnessRunner | None = None
     lock: DataDirLock | None = None
+    profiles: StoreProfiles | None = None
+
+
+class StoreProfiles:
+    """Capability profiles read from the store on demand: the index keeps no
+    text in memory (evidence examples, capability_domains re-embedding). A
+    forked worker points it at its own store connection."""
+
+    def __init__(self, store: RegistryStore) -> None:
+        self.store = store
+
+    def __call__(self, ids: Sequence[str]) -> Mapping[str, CapabilityProfile]:
+        return {
+            cid: profile_from(a.manifest, a.capabilities)
+            for cid, a in self.store.get_many(ids).items()
+        }
 
 
 def profile_source(store: RegistryStore) -> ProfileSource:
-    """Capability profiles read from the store on demand: the index keeps no
-    text in memory (evidence examples, capability_domains re-embedding)."""
-
-    def profiles(ids: Sequence[str]) -> Mapping[str, CapabilityProfile]:
-        return {
-            cid: profile_from(a.manifest, a.capabilities) for cid, a in store.get_many(ids).items()
-        }
-
-    return profiles
+    return StoreProfiles(store)
 
 
 def load_index(
@@ -79,8 +91,17 @@ def load_index(
     """The capability index from its snapshot, with the snapshot's meta, or an
     empty index and None (no snapshot, corrupt, incompatible, or newer than
     the store). Never raises for a bad snapshot."""
-    source = profile_source(store)
+    source = StoreProfiles(store)
+    return _load_index(directory, embedder, store, settings, source)
 
+
+def _load_index(
+    directory: Path,
+    embedder: Embedder,
+    store: RegistryStore,
+    settings: AnnSettings,
+    source: StoreProfiles,
+) -> tuple[CapabilityIndex, dict[str, Any] | None]:
     def empty() -> CapabilityIndex:
         return CapabilityIndex(embedder, settings=settings, profile_source=source)
 
@@ -197,7 +218,7 @@ def build_service(
             min_capability_match=config.relevance.threshold,
             clock=clock,
         )
-    service, snapshot = _assemble(
+    service, snapshot, profiles = _assemble(
         config, store, audit, signing_key, trusted, embedder, clock, federator
     )
     n = service.load(snapshot)
@@ -232,7 +253,8 @@ def build_service(
             failures_before_removal=s.failures_before_removal,
             webhook=s.webhook_url is not None,
         )
-    return Built(service, demo_key, build_gate(config, service, trusted, clock), freshness, lock)
+    gate = build_gate(config, service, trusted, clock)
+    return Built(service, demo_key, gate, freshness, lock, profiles)
 
 
 def load_signing_key(path: Path) -> SigningKey:
@@ -266,7 +288,7 @@ def build_offline_service(
     faiss.omp_set_num_threads(1)
     store = SQLiteStore(data / REGISTRY_FILE)
     audit = AuditLog(data / "audit.jsonl", clock, fsync=config.audit_fsync)
-    service, snapshot = _assemble(config, store, audit, signing_key, trusted, embedder, clock)
+    service, snapshot, _ = _assemble(config, store, audit, signing_key, trusted, embedder, clock)
     service.load(snapshot)
     return service, trusted
 
@@ -280,12 +302,14 @@ def _assemble(
     embedder: Embedder | None,
     clock: Clock,
     federator: Federator | None = None,
-) -> tuple[AnsService, Any]:
+) -> tuple[AnsService, Any, StoreProfiles]:
     """Complete what a crash left unaudited, open the index (its snapshot, if
     usable) and build the service over them; the caller loads it."""
-    recover_audit(store, audit)  # committed changes a crash left without their record
-    matcher, snapshot = load_index(
-        config.data_dir / INDEX_DIR, embedder or WordLlamaEmbedder(), store, config.index
+    # Committed changes a crash left without their record, in every worker's log.
+    recover_workers(store, config.data_dir, audit, worker_audit(config, clock))
+    profiles = StoreProfiles(store)
+    matcher, snapshot = _load_index(
+        config.data_dir / INDEX_DIR, embedder or WordLlamaEmbedder(), store, config.index, profiles
     )
     service = AnsService(
         config=config,
@@ -297,4 +321,41 @@ def _assemble(
         clock=clock,
         federator=federator,
     )
-    return service, snapshot
+    return service, snapshot, profiles
+
+
+def worker_audit(config: Config, clock: Clock) -> Callable[[int], WorkerAuditLog]:
+    """Opens worker N's audit log (:func:`ans.audited.worker_log_path`)."""
+
+    def open_log(worker: int) -> WorkerAuditLog:
+        path = worker_log_path(config.data_dir, worker)
+        return WorkerAuditLog(path, clock, fsync=config.audit_fsync, worker=worker)
+
+    return open_log
+
+
+def rewire_worker(built: Built, config: Config, worker: int, applied: int) -> Follower:
+    """In a forked worker: its own store connections and audit log (worker
+    0's is ``audit.jsonl``) in place of the supervisor's (closed before the
+    fork), its own outbox rows recovered, and the index following the store's
+    change feed from ``applied``. The follower is returned, started."""
+    service = built.service
+    data = config.data_dir
+    store = open_registry(data / REGISTRY_FILE)
+    audit = worker_audit(config, service.clock)(worker)
+    # Its own rows only: the supervisor completes the others' logs and trims.
+    recover_audit(store, audit, worker=worker, trim=False)
+    service.store = store
+    service.index.store = store
+    if built.profiles is not None:
+        built.profiles.store = store
+    service.audit = audit
+    if built.gate is not None:
+        built.gate.audit = audit
+    if service.federator is not None:
+        service.federator.audit = audit
+    follower = Follower(service.ctx, service.index, WritersLock(data), applied, worker=worker)
+    service.index.follow(follower)
+    follower.catch_up()
+    follower.start()
+    return follower

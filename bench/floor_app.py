@@ -2,10 +2,13 @@
 fixed, real signed DISCOVER answer -- what the transport alone costs.
 
     python bench/floor_app.py --body answer.json [--config ans.toml] [--listen 127.0.0.1:0]
+        [--workers N]
 
 It is served exactly like ANS (``ans.server.bind_socket`` +
-``ans.server.hypercorn_config`` from the same TOML: h2c prior knowledge, one
-worker, the same keep-alive settings, the same asyncio loop), reads the whole
+``ans.server.hypercorn_config`` from the same TOML: h2c prior knowledge, the
+same keep-alive settings, the same asyncio loop; with ``--workers N``, N
+forked processes each on its own SO_REUSEPORT socket, as ``ans serve
+--workers N`` runs them: ``ans.workers.reuseport_listeners``), reads the whole
 request body, and sends the same response headers as ANS (``agtp-version``,
 ``agtp-status``, ``server-agent-id``, ``task-id``, ``content-type``,
 ``content-length``). ``GET /healthz`` answers 200. Prints ``FLOOR listening
@@ -16,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
+import socket
 import sys
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
@@ -27,6 +32,7 @@ from hypercorn.asyncio import serve
 
 from ans.config import load
 from ans.server import bind_socket, hypercorn_config
+from ans.workers import reuseport_listeners
 
 Message = MutableMapping[str, Any]
 
@@ -84,11 +90,45 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--body", type=Path, required=True, help="the fixed response body (bytes)")
     ap.add_argument("--config", type=Path, help="the ANS TOML config (keep-alive settings)")
     ap.add_argument("--listen", default="127.0.0.1:0")
+    ap.add_argument("--workers", type=int, default=1, help="processes (SO_REUSEPORT sockets)")
     args = ap.parse_args(argv)
     config = load(args.config, listen=args.listen)
     app = FloorApp(args.body.read_bytes(), config.agent_id)
-    sock = bind_socket(config)
-    host, port = sock.getsockname()[:2]
+    if args.workers <= 1:
+        sock = bind_socket(config)
+        host, port = sock.getsockname()[:2]
+        serve_on(app, config, sock, f"FLOOR listening on http://{host}:{port}")
+        return 0
+    socks = reuseport_listeners(*config.host_port, args.workers)
+    host, port = socks[0].getsockname()[:2]
+    pids = []
+    for i, sock in enumerate(socks):
+        pid = os.fork()
+        if pid == 0:
+            for j, other in enumerate(socks):
+                if j != i:
+                    other.close()
+            try:
+                serve_on(app, config, sock, None)
+            finally:
+                os._exit(0)
+        pids.append(pid)
+    for sock in socks:
+        sock.close()
+
+    def forward(signum: int, frame: object) -> None:
+        for pid in pids:
+            os.kill(pid, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    print(f"FLOOR listening on http://{host}:{port}", flush=True)
+    for pid in pids:
+        os.waitpid(pid, 0)
+    return 0
+
+
+def serve_on(app: FloorApp, config: Any, sock: socket.socket, banner: str | None) -> None:
     hc = hypercorn_config(config, sock)
 
     async def run() -> None:
@@ -98,11 +138,11 @@ def main(argv: list[str] | None = None) -> int:
             loop.add_signal_handler(sig, stop.set)
         server = asyncio.create_task(serve(app, hc, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
         await asyncio.sleep(0)
-        print(f"FLOOR listening on http://{host}:{port}", flush=True)
+        if banner:
+            print(banner, flush=True)
         await server
 
     asyncio.run(run())
-    return 0
 
 
 if __name__ == "__main__":

@@ -138,16 +138,22 @@ def wait_healthy(url: str, timeout: float = 600.0) -> dict[str, Any]:
     raise RuntimeError(f"{url}/healthz never answered 200")
 
 
-def start_ans(data: Path, jwks: Path, config: Path) -> tuple[RunningServer, float, dict[str, Any]]:
+def start_ans(
+    data: Path, jwks: Path, config: Path, workers: int = 1
+) -> tuple[RunningServer, float, dict[str, Any]]:
     t0 = time.perf_counter()
-    srv = start_server(data, "--governance-jwks", str(jwks), "--config", str(config))
+    srv = start_server(data, "--governance-jwks", str(jwks), "--config", str(config),
+                       "--workers", str(workers))
     health = wait_healthy(srv.url)
     return srv, time.perf_counter() - t0, health
 
 
-def start_floor(body: Path, config: Path) -> tuple[subprocess.Popen[str], str]:
+def start_floor(
+    body: Path, config: Path, workers: int = 1
+) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [PY, str(BENCH / "floor_app.py"), "--body", str(body), "--config", str(config)],
+        [PY, str(BENCH / "floor_app.py"), "--body", str(body), "--config", str(config),
+         "--workers", str(workers)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -169,6 +175,33 @@ def stop_proc(proc: subprocess.Popen[str]) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=5)
+
+
+def process_tree_memory(pid: int) -> dict[str, Any]:
+    """RSS, PSS (shared pages split between the processes that map them) and
+    peak RSS of ``pid`` and its children (the workers of ``ans serve
+    --workers N``), in MB; PSS summed is what the tree really holds."""
+    try:
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        kids = []
+    procs = []
+    for p in [pid, *(int(k) for k in kids)]:
+        row: dict[str, Any] = {"pid": p}
+        try:
+            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
+                key = line.split(":")[0]
+                if key in ("Rss", "Pss"):
+                    row[key.lower() + "_mb"] = round(int(line.split()[1]) / 1024, 1)
+        except OSError:
+            continue
+        row["hwm_mb"] = vm_hwm_mb(p)
+        procs.append(row)
+    return {
+        "processes": procs,
+        "rss_total_mb": round(sum(r.get("rss_mb", 0) for r in procs), 1),
+        "pss_total_mb": round(sum(r.get("pss_mb", 0) for r in procs), 1),
+    }
 
 
 def vm_hwm_mb(pid: int) -> float | None:
@@ -346,7 +379,8 @@ def bench_size(n: int, args: argparse.Namespace, synth: Any, source: str) -> dic
     log(f"import: {res['import']['agents_per_s']} agents/s")
 
     # -- cold start
-    srv, cold, health = start_ans(data, jwks, config)
+    srv, cold, health = start_ans(data, jwks, config, args.workers)
+    res["workers"] = args.workers
     res["cold_start_s"] = round(cold, 2)
     res["healthz_agents"] = health.get("agents")
     log(f"cold start {cold:.2f} s, {health.get('agents')} agents")
@@ -364,11 +398,12 @@ def bench_size(n: int, args: argparse.Namespace, synth: Any, source: str) -> dic
         floor_body = run / "floor-body.json"
         floor_body.write_bytes(body)
         res["response_bytes"] = len(body)
-        floor, floor_url = start_floor(floor_body, config)
+        floor, floor_url = start_floor(floor_body, config, args.workers)
         levels: dict[str, Any] = {}
         sig: dict[str, Any] = {"checked": 0, "failed": 0, "failures": []}
         for c in args.levels:
-            common = {"concurrency": c, "warmup": args.warmup, "duration": args.duration}
+            common = {"concurrency": c, "warmup": args.warmup, "duration": args.duration,
+                      "connections": args.connections}
             sample = run / f"samples-c{c}.jsonl"
             log(f"N={n} c={c}: ours")
             ours = run_client(srv.url, catalog / "queries.jsonl", sample=SAMPLE,
@@ -415,6 +450,7 @@ def bench_size(n: int, args: argparse.Namespace, synth: Any, source: str) -> dic
         if srv.proc.poll() is not None:
             problems.append(f"N={n}: the server exited ({srv.proc.returncode})")
         res["peak_rss_mb"] = vm_hwm_mb(srv.proc.pid)
+        res["memory"] = process_tree_memory(srv.proc.pid)
     finally:
         if floor is not None:
             stop_proc(floor)
@@ -570,6 +606,11 @@ def main(argv: list[str] | None = None) -> int:
         help="carry over sizes this run does not measure from the existing --out file "
         "(each marked with the run it came from), so one size can be re-measured alone",
     )
+    ap.add_argument("--workers", type=int, default=1,
+                    help="ans serve --workers N, and the floor with as many processes (1)")
+    ap.add_argument("--connections", type=int, default=None,
+                    help="client TCP connections per level (default min(c, 4)); with "
+                    "workers > 1 use enough for the kernel to spread them (e.g. 16)")
     ap.add_argument("--no-h2load", dest="h2load", action="store_false",
                     help="skip the h2load cross-check even if h2load is on PATH")
     args = ap.parse_args(argv)
@@ -594,7 +635,9 @@ def main(argv: list[str] | None = None) -> int:
                      "warmup_s": args.warmup, "seed": args.seed,
                      "activate_agents": args.activate_agents,
                      "visibility_agents": VISIBILITY_AGENTS, "catalog_source": source,
-                     "client": "bench/h2client.py (asyncio + h2, h2c, min(c,4) connections)",
+                     "client": "bench/h2client.py (asyncio + h2, h2c, "
+                               f"{args.connections or 'min(c,4)'} connections)",
+                     "workers": args.workers,
                      "server_config": SERVER_CONFIG.strip()},
         "machine": machine(),
         "sizes": {},

@@ -31,7 +31,11 @@ def start_server(
     data_dir: Path, *extra: str, wrapper: Sequence[str] = ()
 ) -> RunningServer:
     """``wrapper``: a command that runs ``ans serve`` (e.g. in a mount
-    namespace with the data directory on a small file system)."""
+    namespace with the data directory on a small file system). One process
+    (``--workers 1``) unless ``extra`` says ``--workers``: the tests that look
+    at one process's state (its audit log, its limits) stay exact."""
+    if "--workers" not in extra:
+        extra = (*extra, "--workers", "1")
     ans = Path(sys.executable).with_name("ans")
     cmd = [
         *wrapper,

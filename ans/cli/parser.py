@@ -40,6 +40,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--data-dir", type=Path, help="where the registry, keys and audit log live")
     s.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="worker processes on the same listeners (default [server] workers, else one "
+        "per core; 1: a single process)",
+    )
+    s.add_argument(
         "--governance-jwks",
         type=Path,
         action="append",
@@ -184,7 +191,11 @@ def _parser() -> argparse.ArgumentParser:
     ausub = au.add_subparsers(dest="audit_command", required=True)
     av = ausub.add_parser("verify", help="check the audit log's hash chain (exit 0 only if intact)")
     av.add_argument("--data-dir", type=Path, default=Path("ans-data"))
-    av.add_argument("--file", type=Path, help="audit log path (default DATA_DIR/audit.jsonl)")
+    av.add_argument(
+        "--file",
+        type=Path,
+        help="one audit log (default: every log in DATA_DIR: audit.jsonl, audit-worker-N.jsonl)",
+    )
     bk = sub.add_parser(
         "backup",
         help="back the data directory up into a new directory, while the server runs",

@@ -16,6 +16,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ..preflight import check_serve
     from ..server import configure_logging, serve_forever
     from ..wiring import build_service
+    from ..workers import default_workers, serve_workers
 
     try:
         peers = tuple(parse_peer_flag(p) for p in args.peer or ())
@@ -31,6 +32,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_format=args.log_format,
         log_level=args.log_level,
         peers=peers or None,
+        workers=args.workers,
     )
     check_serve(cfg)  # a wrong path, file or port is one line, before any start-up work
     from .. import drain
@@ -51,6 +53,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"ANS demo catalog: {n} agents activated (demo governance kid {built.demo_key.kid})",
             flush=True,
         )
+    workers = cfg.workers or default_workers()
+    if workers > 1:
+        return serve_workers(built, cfg, workers)
     serve_forever(built.service, cfg, gate=built.gate, freshness=built.freshness, lock=built.lock)
     return 0
 

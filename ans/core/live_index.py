@@ -8,7 +8,13 @@ the store, and the two locks:
 
 * ``lock`` (re-entrant) guards the registry, the marks and the matcher;
 * ``write_lock`` serialises the writers (ACTIVATE, bulk import, lifecycle
-  events, freshness writes, snapshots) so store and index agree.
+  events, freshness writes, snapshots) so store and index agree. With
+  ``ans serve --workers N`` it is the change-feed follower's write section
+  (:meth:`follow`, :mod:`ans.follower`): the writers of every worker, one at
+  a time, each having applied the others' changes first.
+
+:meth:`catch_up` (before every DISCOVER and DESCRIBE) applies what other
+workers committed; a no-op in a single process.
 
 It does no verification and writes nothing to the store.
 """
@@ -17,7 +23,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 from ..config import RankingWeights
 from ..matcher import CapabilityMatcher
@@ -27,6 +34,16 @@ from ..store import RegistryStore
 # Result fields of recently returned agents (manifest -> item fields), so a
 # hot DISCOVER does not read the store; invalidated on every re-index.
 FIELDS_CACHE = 4096
+
+
+class FeedFollower(Protocol):
+    """What the index needs of a change-feed follower (:class:`ans.follower.Follower`)."""
+
+    worker: int  # which worker of ``ans serve --workers N`` this is
+
+    def catch_up(self) -> None: ...
+    def __enter__(self) -> Any: ...
+    def __exit__(self, *exc: Any) -> None: ...
 
 
 class LiveIndex:
@@ -44,12 +61,27 @@ class LiveIndex:
         # ones and tombstoned (Revoked/Deprecated) canonical ids -> state.
         self.withdrawn: dict[str, str] = {}
         self.lock = threading.RLock()
-        self.write_lock = threading.Lock()
+        self.write_lock: AbstractContextManager[Any] = threading.Lock()
+        self.follower: FeedFollower | None = None
         self._fields: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._fields_gen = 0
 
     def __len__(self) -> int:
         return len(self.registry)
+
+    # -- other workers' writes ------------------------------------------------------------
+    def follow(self, follower: FeedFollower) -> None:
+        """Follow the store's change feed (one of several worker processes):
+        :meth:`catch_up` applies it, and writers run in the follower's write
+        section."""
+        self.follower = follower
+        self.write_lock = follower
+
+    def catch_up(self) -> None:
+        """Apply every change another worker committed and this one has not
+        yet (one indexed read of the store when there is none)."""
+        if self.follower is not None:
+            self.follower.catch_up()
 
     def ids(self) -> list[str]:
         """The canonical IDs currently in the index."""
