@@ -52,14 +52,6 @@ FAST_DEATH = 5.0  # s: a worker that dies sooner than this after its start is re
 MAX_BACKOFF = 10.0
 
 
-def default_workers() -> int:
-    """The number of cores this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
 def reuseport_listeners(host: str, port: int, n: int) -> list[socket.socket]:
     """``n`` sockets listening on one (host, port) with SO_REUSEPORT; port 0
     picks a free port for the first, the others take the same."""

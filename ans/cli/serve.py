@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from ..config import ConfigError
 
@@ -14,9 +15,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from .. import config as config_mod
     from ..preflight import check_serve
-    from ..server import configure_logging, serve_forever
-    from ..wiring import build_service
-    from ..workers import default_workers, serve_workers
 
     try:
         peers = tuple(parse_peer_flag(p) for p in args.peer or ())
@@ -35,8 +33,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         workers=args.workers,
     )
     check_serve(cfg)  # a wrong path, file or port is one line, before any start-up work
+    from ..cores import default_workers
+
+    workers = cfg.workers or default_workers()
+    if workers > 1:
+        _metrics_shared_by_workers(cfg.data_dir)  # before prometheus_client is imported
     from .. import drain
     from ..http2_defences import UnsupportedHypercorn
+    from ..server import configure_logging, serve_forever
+    from ..wiring import build_service
+    from ..workers import serve_workers
 
     try:
         drain.install()  # the HTTP/2 defences: only on the hypercorn they were written for
@@ -53,7 +59,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"ANS demo catalog: {n} agents activated (demo governance kid {built.demo_key.kid})",
             flush=True,
         )
-    workers = cfg.workers or default_workers()
     if workers > 1:
         return serve_workers(built, cfg, workers)
     serve_forever(built.service, cfg, gate=built.gate, freshness=built.freshness, lock=built.lock)
@@ -136,3 +141,15 @@ def _import_online(args: argparse.Namespace) -> int:
     if args.strict and report.refused:
         return 1
     return 0 if report.imported + report.unchanged > 0 else 1
+
+
+def _metrics_shared_by_workers(data_dir: Path) -> None:
+    """Point prometheus-client's multiprocess mode at ``DATA/metrics`` (emptied):
+    every worker writes its samples there, and a scrape of any worker sums them."""
+    import os
+
+    directory = data_dir / "metrics"
+    directory.mkdir(parents=True, exist_ok=True)
+    for old in directory.glob("*.db"):
+        old.unlink()
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(directory)

@@ -140,3 +140,24 @@ def test_log_intents_and_rate_limited_lines() -> None:
     assert len(seen) == 3
     assert len(seen[0]["intent"]) == 500  # bounded
     assert seen[2]["suppressed"] == 3  # the withheld lines are reported
+
+
+def test_metrics_sum_every_worker(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """With --workers 2 a scrape of either worker counts the requests of both."""
+    root = tmp_path_factory.mktemp("observe-workers")
+    cfg = root / "ans.toml"
+    cfg.write_text("[rate_limit]\nenabled = false\n")
+    srv = start_server(root / "data", "--demo", "--config", str(cfg), "--workers", "2")
+    try:
+        sent = 12
+        for _ in range(sent):  # a new connection each: SO_REUSEPORT spreads them
+            with httpx.Client(http2=True, timeout=10) as client:
+                assert discover(client, srv.url).status_code == 200
+        key = (("method", "DISCOVER"), ("status", "200"), ("surface", "agtp"))
+        seen = set()
+        for _ in range(6):
+            with httpx.Client(http2=True, timeout=10) as client:
+                seen.add(scrape(client, srv.url)["ans_requests_total"][key])
+        assert seen == {sent}
+    finally:
+        stop_server(srv)
