@@ -43,7 +43,14 @@ MANIFEST = "backup.json"
 REGISTRY = "registry.sqlite3"
 # Never copied: the running server's lock, SQLite's side files (the backup API
 # copies the registry whole), temporary files.
-SKIP_NAMES = {"ans.lock", f"{REGISTRY}-wal", f"{REGISTRY}-shm", f"{REGISTRY}-journal"}
+SKIP_NAMES = {
+    "ans.lock",
+    "writers.lock",
+    f"{REGISTRY}-wal",
+    f"{REGISTRY}-shm",
+    f"{REGISTRY}-journal",
+}
+SKIP_DIRS = {"metrics"}  # the workers' live metric samples
 SKIP_SUFFIXES = (".tmp", ".partial")
 
 
@@ -74,6 +81,7 @@ def _copyable(path: Path, data_dir: Path) -> bool:
         and rel.name not in SKIP_NAMES
         and not rel.name.endswith(SKIP_SUFFIXES)
         and rel.as_posix() != REGISTRY
+        and rel.parts[0] not in SKIP_DIRS
     )
 
 
