@@ -36,6 +36,8 @@ from .store import IndexRow, StoredAgent, gate_columns
 # np.round and Python's round may differ by one unit in the last decimal on
 # half-way cases: candidates within this margin of the cut are re-scored
 # with ranking.rank_score, so the order and the scores are exactly Python's.
+# Registry slot assignments logged for the slot link; past this many it is rebuilt.
+LINK_LOG_MAX = 65536
 _ROUND_MARGIN = 2.5 * 10.0**-PRECISION
 _TIER_NORM = np.array([np.nan, TIER_NORM[1], TIER_NORM[2], TIER_NORM[3]], dtype=np.float64)
 
@@ -125,6 +127,7 @@ class ScoredAgent:
     rank_score: float
     capability_match_score: float
     canonical_id: str
+    slot: int = -1  # its registry slot (Registry.entry_at)
 
 
 class Registry(Mapping[str, AgentEntry]):
@@ -147,6 +150,11 @@ class Registry(Mapping[str, AgentEntry]):
         # per (zone, tier): how many agents could pass the gates at most
         self.gate_counts: Counter[tuple[str, int]] = Counter()
         self._score0_cache: dict[tuple[int, float], float] = {}
+        # The slot link: matcher slot -> registry slot (-1: not indexed here),
+        # kept in step from both sides' logs of slot assignments (linked()).
+        self._link = np.zeros(0, dtype=np.int64)
+        self._link_token: object = None  # the matcher's slot table the link is for
+        self._link_log: list[str] | None = None  # ids (re)assigned or removed; None: all
 
     # -- Mapping -------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -235,6 +243,7 @@ class Registry(Mapping[str, AgentEntry]):
                 cid = sys.intern(cid) if len(cid) <= 64 else cid
                 self._slot_of[cid] = slot
                 self._ids[slot] = cid
+                self._logged(cid)
             slots[i] = slot
             tier, behavioral = int(e.trust_tier), float(e.behavioral_trust_score)
             cols[0].append(tier)
@@ -262,7 +271,61 @@ class Registry(Mapping[str, AgentEntry]):
         self._valid[slot] = False
         self._ids[slot] = None
         self._free.append(slot)
+        self._logged(canonical_id)
         return True
+
+    def _logged(self, canonical_id: str) -> None:
+        log = self._link_log
+        if log is not None:
+            if len(log) >= LINK_LOG_MAX:
+                self._link_log = None
+            else:
+                log.append(canonical_id)
+
+    # -- the slot link ------------------------------------------------------------------
+    def linked(
+        self,
+        slots: npt.NDArray[np.int64],
+        ids: Sequence[str | None],
+        slot_of: Mapping[str, int],
+        changes: list[int] | None,
+        token: object,
+    ) -> npt.NDArray[np.int64]:
+        """The registry slots of the capability matcher's ``slots`` (-1: not
+        indexed here), through an integer map instead of a canonical id and a
+        dict lookup per candidate. ``ids``/``slot_of`` are the matcher's slot
+        table (slot -> id, id -> slot), ``changes`` its slots whose id changed
+        since the last call (None: unknown), ``token`` the table itself (a new
+        table: the map is rebuilt). The caller holds the lock under which both
+        the matcher and this registry are written (LiveIndex.lock), so neither
+        moves until the answer is built."""
+        link = self._link
+        log, self._link_log = self._link_log, []
+        if token is not self._link_token or changes is None or log is None:
+            get = self._slot_of.get
+            link = np.fromiter(
+                (-1 if c is None else get(c, -1) for c in ids), dtype=np.int64, count=len(ids)
+            )
+            self._link_token = token
+        else:
+            if len(link) < len(ids):
+                grown = np.full(max(64, 2 * len(link), len(ids)), -1, dtype=np.int64)
+                grown[: len(link)] = link
+                link = grown
+            for m in changes:
+                c = ids[m] if m < len(ids) else None
+                link[m] = -1 if c is None else self._slot_of.get(c, -1)
+            for cid in log:
+                at = slot_of.get(cid)
+                if at is not None:
+                    link[at] = self._slot_of.get(cid, -1)
+        self._link = link
+        out: npt.NDArray[np.int64] = link[slots] if len(slots) else slots.astype(np.int64)
+        return out
+
+    def entry_at(self, slot: int) -> AgentEntry:
+        """The entry in registry slot ``slot`` (ScoredAgent.slot)."""
+        return self._entry(slot)
 
     # -- DISCOVER --------------------------------------------------------------------
     def gate_mask(
@@ -328,18 +391,20 @@ class Registry(Mapping[str, AgentEntry]):
         out: list[ScoredAgent] = []
         if cms is None:
             for i, s in zip(cand.tolist(), approx[cand].tolist(), strict=True):
-                cid = ids[int(slots[i])]
+                slot = int(slots[i])
+                cid = ids[slot]
                 assert cid is not None
-                out.append(ScoredAgent(s, 0.0, cid))
+                out.append(ScoredAgent(s, 0.0, cid, slot))
         else:
             w = self._weights
             tiers = self._tier[slots[cand]].tolist()
             behav = self._behavioral[slots[cand]].tolist()
             for i, t, b in zip(cand.tolist(), tiers, behav, strict=True):
-                cid = ids[int(slots[i])]
+                slot = int(slots[i])
+                cid = ids[slot]
                 assert cid is not None
                 c = round(float(cms[i]), PRECISION)
-                out.append(ScoredAgent(rank_score(w, t, b, c), c, cid))
+                out.append(ScoredAgent(rank_score(w, t, b, c), c, cid, slot))
 
         def key(r: ScoredAgent) -> tuple[float, str]:
             return sort_key(r.rank_score, r.canonical_id)

@@ -59,6 +59,14 @@ class LocalAnswer:
     pinned: bool = False
 
 
+def _assignments(
+    matcher: Any,
+) -> tuple[list[str | None], Any, list[int] | None, object]:
+    """The matcher's slot table for :meth:`ans.registry.Registry.linked`."""
+    token, ids, slot_of, changes = matcher.slot_assignments()
+    return ids, slot_of, changes, token
+
+
 def _cms_of(r: MergedResult) -> float:
     value = r.item.get("capability_match_score", 0.0)
     return float(value) if isinstance(value, (int, float)) else 0.0
@@ -140,13 +148,13 @@ class Discovery:
         ``preferred_agent`` is given)."""
         p = req.params
         matched = None
-        if p.intent is not None:
-            matched = self.ctx.matcher.query(
-                p.intent, p.capability_domains, evidence=p.include_evidence
-            )
-            ids, unrounded, fused = matched.matches(self.ctx.relevance)
+        matcher = self.ctx.matcher
         # Routing needs every gate-passing candidate; otherwise the best `limit`.
         limit = None if p.preferred_agent is not None else p.limit
+        # The match runs under the index lock, which every writer of the matcher
+        # and the registry holds: the matcher's candidate slots then map to
+        # registry slots through the registry's integer slot link, and ids
+        # read later (evidence, routing) are still the candidates'.
         with self.index.lock:
             registry = self.index.registry
             mask = registry.gate_mask(p, req.identity.scope, self.ctx.zones)
@@ -154,8 +162,12 @@ class Discovery:
                 slots = np.nonzero(mask)[0]
                 cms = None
             else:
-                slots = registry.slots_of(ids)
-                cms = unrounded  # rank() rounds the ones it returns, as above() would
+                matched = matcher.query(
+                    p.intent, p.capability_domains, evidence=p.include_evidence, lazy_ids=True
+                )
+                # cms unrounded: rank() rounds the ones it returns, as above() would
+                matcher_slots, cms, fused = matched.match_slots(self.ctx.relevance)
+                slots = registry.linked(matcher_slots, *_assignments(matcher))
                 keep = slots >= 0
                 keep[keep] = mask[slots[keep]]
                 slots, cms, fused = slots[keep], cms[keep], fused[keep]
@@ -163,9 +175,11 @@ class Discovery:
                 # through: relevance decides membership, trust the order.
                 short = self.ctx.relevance.shortlisted(cms, fused, p.limit)
                 slots, cms = slots[short], cms[short]
+                if p.include_evidence or p.preferred_agent is not None:
+                    matched.ids  # noqa: B018  # read now, while the index cannot change
             top = registry.rank(slots, cms, limit)
             ranked = [
-                (r.rank_score, r.capability_match_score, registry[r.canonical_id]) for r in top
+                (r.rank_score, r.capability_match_score, registry.entry_at(r.slot)) for r in top
             ]
         if p.preferred_agent is not None:
             return self.route(req, ranked, matched)

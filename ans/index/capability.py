@@ -76,8 +76,16 @@ class CapabilityMatcher(Protocol):
     def upsert_many(self, items: Sequence[tuple[CapabilityProfile, ProfileVectors]]) -> None: ...
     def remove(self, canonical_id: str) -> None: ...
     def query(
-        self, intent: str, domains: tuple[str, ...] | None, *, evidence: bool = False
+        self,
+        intent: str,
+        domains: tuple[str, ...] | None,
+        *,
+        evidence: bool = False,
+        lazy_ids: bool = False,
     ) -> QueryScores: ...
+    def slot_assignments(
+        self,
+    ) -> tuple[object, list[str | None], Mapping[str, int], list[int] | None]: ...
     def scores(
         self, intent: str, domains: tuple[str, ...] | None, floor: float
     ) -> dict[str, float]: ...
@@ -223,9 +231,13 @@ class CapabilityIndex:
         evidence: bool = False,
         exhaustive: bool | None = None,
         only: Sequence[str] | None = None,
+        lazy_ids: bool = False,
     ) -> QueryScores:
         """Score the intent. ``exhaustive`` forces (True) or forbids (False) scoring
-        every agent (default: by catalog size); ``only`` scores just those ids."""
+        every agent (default: by catalog size); ``only`` scores just those ids.
+        ``lazy_ids``: the candidates' canonical ids are not read now (the caller
+        uses their slots, :meth:`QueryScores.match_slots`, and holds the lock
+        its writers hold, so that ids read later are still right)."""
         texts = [intent, *segments(intent)]
         q = self.query_vectors(texts)
         allowed = set(ALL_DOMAINS if domains is None else domains)
@@ -259,7 +271,7 @@ class CapabilityIndex:
             pick = slice(0, n) if full else cand  # every slot: no gather
             has_ex = t.has_examples[pick] & use_examples
             has_tags = t.n_tags[pick] > 0
-            ids = t.ids_at(cand, full)
+            ids = None if lazy_ids else t.ids_at(cand, full)
         passes = fuse_texts(q, ctx, cap, lex, ex, has_ex, has_tags, tag_passes, pick)
         return combine(
             passes,
@@ -270,7 +282,18 @@ class CapabilityIndex:
             index=self,
             domains=domains,
             texts=tuple(texts),
+            table=t,
         )
+
+    def slot_assignments(
+        self,
+    ) -> tuple[object, list[str | None], Mapping[str, int], list[int] | None]:
+        """(the slot table, slot -> id, id -> slot, the slots whose id changed
+        since the last call or None), for the registry's slot link
+        (:meth:`ans.registry.Registry.linked`); one consumer."""
+        with self._lock:
+            t = self._table
+            return t, t.id_of, t.slot_of, t.take_changes()
 
     def _similarities(
         self,

@@ -23,7 +23,7 @@ from ..ranking import PRECISION
 from ..relevance import RelevanceGate, maxima, whole_components
 from ..text import candidate_tags
 from .embedder import Vectors
-from .slots import Slots
+from .slots import Slots, SlotTable
 
 if TYPE_CHECKING:
     from .capability import CapabilityIndex
@@ -96,10 +96,15 @@ class Pass:
 @dataclass(slots=True)
 class QueryScores:
     """The scores of one intent over its candidate agents (every indexed agent
-    in exact mode), with what is needed to explain any of them."""
+    in exact mode), with what is needed to explain any of them.
+
+    ``known_ids`` are the candidates' canonical ids; None when the query was
+    asked for slots only (``lazy_ids``): :attr:`ids` then reads them from
+    ``table`` on first use, which is right only while the index has not
+    changed since the query (the caller holds the lock that keeps it so)."""
 
     final: Vectors
-    ids: list[str | None]
+    known_ids: list[str | None] | None
     whole: Pass
     parts: list[Pass] = field(default_factory=list)
     part_best: Vectors | None = None
@@ -111,9 +116,18 @@ class QueryScores:
     texts: tuple[str, ...] = ()
     # Margins are measured to these maxima instead of the candidates' own (one agent scored alone).
     reference: npt.NDArray[np.float64] | None = None
+    table: SlotTable | None = None
     _pos: dict[str, int] | None = None
     _cms: npt.NDArray[np.float64] | None = None
     _gate: RelevanceGate | None = None
+
+    @property
+    def ids(self) -> list[str | None]:
+        """The candidates' canonical ids, in candidate order (None: a freed slot)."""
+        if self.known_ids is None:
+            assert self.table is not None
+            self.known_ids = self.table.ids_at(self.slots, self.exhaustive)
+        return self.known_ids
 
     def _position(self, canonical_id: str) -> int | None:
         if self._pos is None:
@@ -134,20 +148,34 @@ class QueryScores:
         return ids, scores[picked]
 
     def matches(
+       self, gate: RelevanceGate
+   ) -> tuple[list[str], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+       """The candidates past the relevance gate's thresholds (:mod:`ans.relevance`;
+       its shortlist is applied after the hard gates, by the caller), as
+       (canonical ids, unrounded capability_match_scores, fused scores)."""
+       raw = np.clip(self.final, 0.0, 1.0).astype(np.float64)
+       if gate.kind == "floor":
+           keep = at_least(raw, gate.min_capability_match)
+           ids, picked = self._picked(keep)
+           return ids, raw[picked], raw[picked]
+       cms = self.calibrated(gate)
+       keep = at_least(raw, gate.min_capability_match) & at_least(cms, gate.min_relevance)
+       ids, picked = self._picked(keep)
+       return ids, cms[picked], raw[picked]
+
+    def match_slots(
         self, gate: RelevanceGate
-    ) -> tuple[list[str], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-        """The candidates past the relevance gate's thresholds (:mod:`ans.relevance`;
-        its shortlist is applied after the hard gates, by the caller), as
-        (canonical ids, unrounded capability_match_scores, fused scores)."""
+    ) -> tuple[Slots, npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """:meth:`matches` as the candidates' slots in the matcher's slot table
+        (no canonical id is read), ascending, with the same scores."""
         raw = np.clip(self.final, 0.0, 1.0).astype(np.float64)
         if gate.kind == "floor":
-            keep = at_least(raw, gate.min_capability_match)
-            ids, picked = self._picked(keep)
-            return ids, raw[picked], raw[picked]
+            pos = np.nonzero(at_least(raw, gate.min_capability_match))[0]
+            return self.slots[pos], raw[pos], raw[pos]
         cms = self.calibrated(gate)
         keep = at_least(raw, gate.min_capability_match) & at_least(cms, gate.min_relevance)
-        ids, picked = self._picked(keep)
-        return ids, cms[picked], raw[picked]
+        pos = np.nonzero(keep)[0]
+        return self.slots[pos], cms[pos], raw[pos]
 
     def calibrated(self, gate: RelevanceGate) -> npt.NDArray[np.float64]:
         """capability_match_score of every candidate under ``gate`` (cached)."""
@@ -166,10 +194,11 @@ class QueryScores:
         picked = np.nonzero(keep)[0]
         if len(picked) == 0:
             return [], picked
+        table = self.ids
         ids: list[str | None] = (
-            list(operator.itemgetter(*picked.tolist())(self.ids))
+            list(operator.itemgetter(*picked.tolist())(table))
             if len(picked) > 1
-            else [self.ids[int(picked[0])]]
+            else [table[int(picked[0])]]
         )
         if None in ids:
             live = np.array([c is not None for c in ids], dtype=bool)
@@ -349,7 +378,7 @@ def fuse_texts(
     return passes
 
 
-def combine(passes: list[Pass], ids: list[str | None], **common: Any) -> QueryScores:
+def combine(passes: list[Pass], ids: list[str | None] | None, **common: Any) -> QueryScores:
     """The scores of an intent from its passes (the whole intent first, then its
     parts): a compound intent mixes the whole with its best part."""
     whole = passes[0]

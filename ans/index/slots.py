@@ -28,6 +28,9 @@ Slots = npt.NDArray[np.int64]
 # At most this many examples of an agent are indexed; also the stride of the
 # approximate index's example ids (slot * EXAMPLE_STRIDE + k).
 EXAMPLE_STRIDE = 64
+# Slot assignments logged for a consumer (:meth:`SlotTable.take_changes`);
+# past this many the log is dropped and the consumer rebuilds from scratch.
+CHANGE_LOG_MAX = 65536
 
 
 class SlotTable:
@@ -47,6 +50,9 @@ class SlotTable:
         self.tags = SlotPostings(0)
         self.lexical = LexicalIndex(len(FACETS))
         self.generation: dict[int, int] = {}
+        # slots whose canonical id changed (claimed by a new id, released) since
+        # the last take_changes(); None: too many, everything may have changed
+        self.changes: list[int] | None = None
         # every profile, when the index has no profile source (small catalogs, tests)
         self.profiles: dict[str, CapabilityProfile] | None = {} if keep_profiles else None
 
@@ -73,6 +79,21 @@ class SlotTable:
             return list(operator.itemgetter(*slots.tolist())(table))
         return [table[int(s)] for s in slots]
 
+    def take_changes(self) -> list[int] | None:
+        """The slots whose id changed since the last call (None: unknown, assume
+        all), for the one consumer that keeps a map from these slots (the registry's
+        slot link, :class:`ans.registry.SlotLink`); the log starts over."""
+        out, self.changes = self.changes, []
+        return out
+
+    def _changed(self, slot: int) -> None:
+        log = self.changes
+        if log is not None:
+            if len(log) >= CHANGE_LOG_MAX:
+                self.changes = None
+            else:
+                log.append(slot)
+
     # -- mutation --------------------------------------------------------------------
     def claim(self, cid: str) -> int:
         """The slot of ``cid``: a free (or new) one, or its own cleared; its
@@ -83,6 +104,7 @@ class SlotTable:
             self.slot_of[cid] = slot
             self.id_of[slot] = cid
             self.alive[slot] = True
+            self._changed(slot)
         else:
             self.clear(slot)
         self.generation[slot] = self.generation.get(slot, 0) + 1
@@ -154,6 +176,7 @@ class SlotTable:
         self.id_of[slot] = None
         self.alive[slot] = False
         self.free.append(slot)
+        self._changed(slot)
         if self.profiles is not None:
             self.profiles.pop(cid, None)
         return slot
