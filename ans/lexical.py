@@ -11,8 +11,9 @@ saturated), so a lexical score does not depend on which other agents matched.
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -22,9 +23,40 @@ from .text import words
 
 K1 = 1.2
 B = 0.75
+# Postings whose BM25 contributions are kept between queries (12 bytes each):
+# the words queried most, until a write changes the collection statistics.
+IMPACT_CACHE = 1 << 21
 
 FloatArray = npt.NDArray[np.float32]
 Ints = npt.NDArray[np.int32]
+
+
+class LexicalScores:
+    """Normalized BM25 of one query text over slots [0, n), kept as the raw sums
+    (float64, from a ``bincount``) and read only where asked (:meth:`at`):
+    a query reads a few thousand candidates of a catalog of a million."""
+
+    __slots__ = ("n", "sums", "total", "touched")
+
+    def __init__(
+        self, n: int, sums: npt.NDArray[np.float64] | None, total: float, touched: Ints
+    ) -> None:
+        self.n = n
+        self.sums = sums  # None: no query word is held by any slot
+        self.total = total
+        self.touched = touched  # the slots the postings touched (unsorted, may repeat)
+
+    def at(self, pick: npt.NDArray[np.integer] | slice) -> FloatArray:
+        """The scores at ``pick`` (slots, or a slice of them)."""
+        if self.sums is None:
+            size = len(range(self.n)[pick]) if isinstance(pick, slice) else len(pick)
+            return np.zeros(size, dtype=np.float32)
+        out: FloatArray = (self.sums[pick] / self.total).astype(np.float32)
+        return out
+
+    def dense(self) -> FloatArray:
+        """Every slot's score."""
+        return self.at(slice(0, self.n))
 
 
 class LexicalIndex:
@@ -40,6 +72,12 @@ class LexicalIndex:
         self._total = np.zeros(n_facets, dtype=np.float64)
         self._docs = 0
         self._has = np.zeros(0, dtype=bool)
+        self._version = 0  # bumped by every document added or removed
+        self._impact_cache: OrderedDict[int, tuple[float, Ints, npt.NDArray[np.float64]]] = (
+            OrderedDict()
+        )
+        self._impact_size = 0
+        self._impact_version = -1
 
     def __len__(self) -> int:
         return self._docs
@@ -72,6 +110,7 @@ class LexicalIndex:
         self._len_all[slot] = self._lengths[slot].sum()
         self._has[slot] = True
         self._docs += 1
+        self._version += 1
         return {k: bytes(v) for k, v in tf.items()}
 
     def _forget(self, slot: int) -> None:
@@ -81,6 +120,7 @@ class LexicalIndex:
             self._len_all[slot] = 0.0
             self._has[slot] = False
             self._docs -= 1
+            self._version += 1
 
     def upsert(self, slot: int, facet_texts: Sequence[str]) -> None:
         self._forget(slot)
@@ -106,70 +146,95 @@ class LexicalIndex:
     def accumulate_many(
         self, queries: Sequence[str], mask: FloatArray, n_slots: int
     ) -> list[tuple[FloatArray, Ints]]:
-        """:meth:`accumulate` for several texts at once (an intent and its
+        """:meth:`accumulate` for several texts at once (:meth:`score_many`, dense)."""
+        return [(h.dense(), h.touched) for h in self.score_many(queries, mask, n_slots)]
+
+    def score_many(
+        self, queries: Sequence[str], mask: FloatArray, n_slots: int
+    ) -> list[LexicalScores]:
+        """BM25 of several texts at once (an intent and its
         segments share their words). Every distinct word's postings are read
-        and scored once, in one vectorized pass over all of them; each text
-        then sums the contributions of its own words (a ``bincount``), so the
-        cost no longer grows with a fixed per-word NumPy overhead."""
+        and scored once; each text then sums the contributions of its own
+        words (a ``bincount``). With every facet allowed (the common query),
+        a word's per-posting contributions are kept (:meth:`_impacts`) until
+        the next write changes the collection statistics."""
         word_sets = [sorted(set(words(q))) for q in queries]
         n_docs = self._docs
         none = np.zeros(0, dtype=np.int32)
         if n_docs == 0:
-            return [(np.zeros(n_slots, dtype=np.float32), none) for _ in queries]
+            return [LexicalScores(n_slots, None, 1.0, none) for _ in queries]
         vocab = sorted(set().union(*word_sets))
         position = {w: i for i, w in enumerate(vocab)}
         unseen_idf = math.log(1.0 + (n_docs + 0.5) / 0.5)
         idf = np.full(len(vocab), unseen_idf, dtype=np.float64)
-        slot_parts: list[Ints] = []
-        tf_parts: list[npt.NDArray[np.uint8]] = []
-        owners: list[int] = []
+        maskf = mask.astype(np.float32)
+        full = bool(maskf.all())
+        if full and self._impact_version != self._version:
+            self._impact_cache.clear()
+            self._impact_size = 0
+            self._impact_version = self._version
+        avg = max(float(self._total @ mask) / n_docs, 1e-9)
+        lengths: FloatArray | None = None
+        per_word: list[tuple[Ints, npt.NDArray[np.float64]] | None] = [None] * len(vocab)
         for i, w in enumerate(vocab):
             kid = self.postings.key_id.get(w)
             if kid is None:
+                continue
+            hit = self._impact_cache.get(kid) if full else None
+            if hit is not None:
+                self._impact_cache.move_to_end(kid)
+                idf[i], slots, contrib = hit
+                per_word[i] = (slots, contrib)
                 continue
             slots, tfs = self.postings.postings(kid)
             df = len(slots)
             if not df:
                 continue
             idf[i] = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
-            slot_parts.append(slots)
-            tf_parts.append(tfs)
-            owners.append(i)
-        if slot_parts:
-            maskf = mask.astype(np.float32)
-            avg = max(float(self._total @ mask) / n_docs, 1e-9)
-            slots_all = np.concatenate(slot_parts)
-            f = np.concatenate(tf_parts) @ maskf
-            word_of = np.repeat(np.array(owners, dtype=np.int32), [len(p) for p in slot_parts])
+            f = tfs @ maskf
             nz = f > 0
             if not nz.all():
-                slots_all, f, word_of = slots_all[nz], f[nz], word_of[nz]
-            # Word counts are whole numbers: the sum over every facet is exact
-            # either way, and per slot it is kept rather than recomputed.
-            lengths = self._len_all if maskf.all() else self._lengths @ maskf
-            norm = K1 * (1.0 - B + B * lengths.take(slots_all) / avg)
-            contrib = idf[word_of] * f * (K1 + 1.0) / (f + norm)
-        out: list[tuple[FloatArray, Ints]] = []
+                slots, f = slots[nz], f[nz]
+            if lengths is None:
+                # Word counts are whole numbers: the sum over every facet is exact
+                # either way, and per slot it is kept rather than recomputed.
+                lengths = self._len_all if full else self._lengths @ maskf
+            norm = K1 * (1.0 - B + B * lengths.take(slots) / avg)
+            contrib = idf[i] * f * (K1 + 1.0) / (f + norm)
+            per_word[i] = (slots, contrib)
+            if full:
+                self._keep_impacts(kid, idf[i], slots, contrib)
+        out: list[LexicalScores] = []
         for ws in word_sets:
-            if not ws:
-                out.append((np.zeros(n_slots, dtype=np.float32), none))
+            ids = [position[w] for w in ws]
+            hits = [h for i in ids if (h := per_word[i]) is not None]
+            if not hits:
+                out.append(LexicalScores(n_slots, None, 1.0, none))
                 continue
-            ids = np.array([position[w] for w in ws], dtype=np.int32)
-            max_total = float(idf[ids].sum()) * (K1 + 1.0)
-            if not slot_parts:
-                out.append((np.zeros(n_slots, dtype=np.float32), none))
-                continue
-            if len(ws) == len(vocab):
-                sel_slots, sel_contrib = slots_all, contrib
+            max_total = float(idf[np.array(ids, dtype=np.int32)].sum()) * (K1 + 1.0)
+            if len(hits) == 1:
+                sel_slots, sel_contrib = hits[0]
             else:
-                wanted = np.zeros(len(vocab), dtype=bool)
-                wanted[ids] = True
-                keep = wanted[word_of]  # np.isin sorts; a lookup table does not
-                sel_slots, sel_contrib = slots_all[keep], contrib[keep]
-            dense = np.bincount(sel_slots, weights=sel_contrib, minlength=n_slots)[:n_slots]
-            scores = (dense / max_total).astype(np.float32)
-            out.append((scores, sel_slots))
+                sel_slots = np.concatenate([h[0] for h in hits])
+                sel_contrib = np.concatenate([h[1] for h in hits])
+            dense = cast(
+                npt.NDArray[np.float64],
+                np.bincount(sel_slots, weights=sel_contrib, minlength=n_slots),
+            )
+            out.append(LexicalScores(n_slots, dense, max_total, sel_slots))
         return out
+
+    def _keep_impacts(
+        self, kid: int, idf: float, slots: Ints, contrib: npt.NDArray[np.float64]
+    ) -> None:
+        """Keep one word's contributions (LRU, at most IMPACT_CACHE postings)."""
+        if len(slots) > IMPACT_CACHE // 4:
+            return
+        self._impact_cache[kid] = (idf, slots, contrib)
+        self._impact_size += len(slots)
+        while self._impact_size > IMPACT_CACHE:
+            _, (_, old, _) = self._impact_cache.popitem(last=False)
+            self._impact_size -= len(old)
 
     def scores(self, query: str, mask: FloatArray, n_slots: int) -> tuple[FloatArray, list[str]]:
         """Dense normalized BM25 over slots [0, n_slots), and the scored query words."""

@@ -226,7 +226,8 @@ def instrument(stages: Stages) -> None:
     w(Discovery, "_local_item", "item")
     w(cap.CapabilityIndex, "query", "matcher")
     w(cap.CapabilityIndex, "query_vectors", "embed")
-    w(LexicalIndex, "accumulate_many", "lexical")
+    w(LexicalIndex, "score_many" if hasattr(LexicalIndex, "score_many") else "accumulate_many",
+      "lexical")
     w(cap, "tag_scores", "tags")
     w(AnnMode, "candidates", "candidates")
     w(AnnIndex, "search", "faiss")

@@ -11,8 +11,9 @@ query in exact mode). The FAISS wrapper itself is :mod:`ans.ann`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -140,12 +141,12 @@ class AnnMode:
                     sims = np.maximum(sims, table.examples.best(qv, n)[0])
                 for col in sims.T:
                     parts.append(np.argpartition(-col, min(k, n - 1))[:k])
-        for dense, touched in lex:
-            parts.append(top_touched(dense, touched, k))
+        for bm25 in lex:
+            parts.append(top_touched(bm25.at, bm25.touched, k))
         for tag_dense, tag_list in tag_passes:
             if tag_dense is not None and tag_list:
                 touched = np.concatenate([h for _, h in tag_list])
-                parts.append(top_touched(tag_dense, touched, k))
+                parts.append(top_touched(tag_dense.__getitem__, touched, k))
         if not parts:
             return np.zeros(0, dtype=np.int64)
         cand: Slots = np.unique(np.concatenate(parts).astype(np.int64))
@@ -154,16 +155,18 @@ class AnnMode:
         return out
 
 
-def top_touched(dense: Vectors, touched: npt.NDArray[np.integer], k: int) -> Slots:
-    """The (at most) k touched slots with the highest dense score (``touched``
-    may repeat a slot; only the best 2k entries are de-duplicated)."""
+def top_touched(
+    score_at: Callable[[Any], Vectors], touched: npt.NDArray[np.integer], k: int
+) -> Slots:
+    """The (at most) k touched slots with the highest score (``score_at(slots)``;
+    ``touched`` may repeat a slot; only the best 2k entries are de-duplicated)."""
     if not len(touched):
         return np.zeros(0, dtype=np.int64)
     if len(touched) > 2 * k:
-        touched = touched[np.argpartition(-dense[touched], 2 * k - 1)[: 2 * k]]
+        touched = touched[np.argpartition(-score_at(touched), 2 * k - 1)[: 2 * k]]
     uniq: Slots = np.unique(touched).astype(np.int64)
     if len(uniq) <= k:
         return uniq
-    top = np.argpartition(-dense[uniq], k - 1)[:k]
+    top = np.argpartition(-score_at(uniq), k - 1)[:k]
     out: Slots = uniq[top]
     return out

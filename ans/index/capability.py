@@ -248,7 +248,7 @@ class CapabilityIndex:
         t = self._table
         with self._lock:
             n = len(t.id_of)
-            lex = t.lexical.accumulate_many(texts, facet_mask(allowed), n)
+            lex = t.lexical.score_many(texts, facet_mask(allowed), n)
             tag_passes = [
                 tag_scores(t.tags, len(t), x, n) if "tags" in allowed else (None, []) for x in texts
             ]

@@ -99,7 +99,7 @@ def narrow(
     prelim = fuse(
         table.ctx.scan_rows(q0, cand)[:, 0],
         table.cap.scan_rows(q0, cand)[:, 0],
-        lex[0][0][cand],
+        lex[0].at(cand),
         ex,
         has_ex,
         tag_dense[cand] if tag_dense is not None else None,

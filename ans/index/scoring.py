@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from ..lexical import LexicalScores
 from ..postings import SlotPostings
 from ..ranking import PRECISION
 from ..relevance import RelevanceGate, maxima, whole_components
@@ -32,8 +33,8 @@ if TYPE_CHECKING:
 TagHits = list[tuple[str, npt.NDArray[np.int32]]]
 # Per query text: the dense tag component (None: no known tag named) and its hits.
 TagPasses = list[tuple[Vectors | None, TagHits]]
-# Per query text: dense BM25 scores over slots and the slots the postings touched.
-LexicalHits = list[tuple[Vectors, npt.NDArray[np.int32]]]
+# Per query text: BM25 scores over slots, read where asked, and the slots the postings touched.
+LexicalHits = list[LexicalScores]
 
 # Fusion weights. context/capability/example/lexical were fitted by
 # leave-one-out over the MetaTool *example tasks* only (never the evaluation
@@ -365,7 +366,7 @@ def fuse_texts(
             fuse(
                 ctx[:, i],
                 cap[:, i],
-                lex[i][0][pick],
+                lex[i].at(pick),
                 ex[:, i],
                 has_ex,
                 tag_dense[pick] if tag_dense is not None else None,
