@@ -32,6 +32,7 @@ class AnnMode:
         self.cap: AnnIndex | None = None
         self.ex: AnnIndex | None = None
         self.built_for = 0  # agents the approximate index was sized for
+        self._marks = np.zeros(0, dtype=bool)  # scratch of the candidate union, all False
 
     @property
     def active(self) -> bool:
@@ -149,9 +150,24 @@ class AnnMode:
                 parts.append(top_touched(tag_dense.__getitem__, touched, k))
         if not parts:
             return np.zeros(0, dtype=np.int64)
-        cand: Slots = np.unique(np.concatenate(parts).astype(np.int64))
-        cand = cand[(cand >= 0) & (cand < n)]
-        out: Slots = cand[table.alive[cand]]
+        return self._union(parts, table.alive, n)
+
+    def _union(
+        self, parts: list[npt.NDArray[np.integer]], alive: npt.NDArray[np.bool_], n: int
+    ) -> Slots:
+        """The live slots in any of ``parts``, ascending, each once: marks in a
+        reused array over the slots instead of sorting every hit (np.unique)."""
+        if len(self._marks) < n:
+            self._marks = np.zeros(max(n, 2 * len(self._marks)), dtype=bool)
+        marks = self._marks
+        inside = [p[(p >= 0) & (p < n)] for p in parts if len(p)]
+        try:
+            for hit in inside:
+                marks[hit] = True
+            out: Slots = np.flatnonzero(marks[:n] & alive[:n]).astype(np.int64)
+        finally:
+            for hit in inside:
+                marks[hit] = False
         return out
 
 
