@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 import numpy.typing as npt
 
 from .embedder import Vectors, normalize_rows
-from .profiles import FACETS, CapabilityProfile, ProfileVectors
+from .profiles import FACET_INDEX, FACETS, CapabilityProfile, ProfileVectors
 from .scoring import LexicalHits, TagPasses, fuse, weight_sums
 from .slots import Slots, SlotTable
 
@@ -34,11 +35,17 @@ def facet_mask(allowed: set[str]) -> npt.NDArray[np.float32]:
 
 
 class FacetCache:
-    """Per-agent facet sums of recently re-embedded agents (not thread-safe; callers lock)."""
+    """Per-agent facet sums of recently re-embedded agents (not thread-safe; callers lock).
+
+    An entry holds the sums of the facets some query needed (the others are
+    not embedded: the examples, the largest text, only when a query allows
+    them); a later query needing more facets embeds only what is missing."""
 
     def __init__(self, size: int = DOMAIN_CACHE) -> None:
         self._size = size
-        self._sums: OrderedDict[tuple[str, int], Vectors] = OrderedDict()
+        self._sums: OrderedDict[tuple[str, int], tuple[Vectors, npt.NDArray[np.bool_]]] = (
+            OrderedDict()
+        )
 
     def capability(
         self,
@@ -49,32 +56,49 @@ class FacetCache:
         embed_profiles: Callable[[Sequence[CapabilityProfile]], list[ProfileVectors]],
     ) -> Vectors:
         """Unit capability vectors of the slots over the description and the allowed
-        facets only, re-embedded from the agents' profiles (cached per agent)."""
+        facets only, re-embedded from the agents' profiles (cached per agent).
+        Facets not allowed count 0 whether their sums are known or not."""
         nf = len(FACETS)
         keep = facet_mask(allowed)
+        wanted = keep > 0
         sums = np.zeros((len(slots), nf, table.dim), dtype=np.float32)
-        need: list[tuple[int, str]] = []
+        need: list[tuple[int, str, tuple[Vectors, npt.NDArray[np.bool_]] | None]] = []
         for i, s in enumerate(slots.tolist()):
             cid = table.id_of[s]
             if cid is None:
                 continue
             hit = self._sums.get((cid, table.generation.get(s, 0)))
-            if hit is None:
-                need.append((i, cid))
+            if hit is not None and hit[1][wanted].all():
+                self._sums.move_to_end((cid, table.generation.get(s, 0)))
+                sums[i] = hit[0]
             else:
-                sums[i] = hit
+                need.append((i, cid, hit))
         if need:
-            profiles = profiles_of([cid for _, cid in need])
-            got = [(i, cid, profiles[cid]) for i, cid in need if cid in profiles]
+            profiles = profiles_of([cid for _, cid, _ in need])
+            got = [(i, cid, hit, profiles[cid]) for i, cid, hit in need if cid in profiles]
             if got:
-                vecs = embed_profiles([p for _, _, p in got])
-                for (i, cid, _), v in zip(got, vecs, strict=True):
-                    sums[i] = v.facet_sums
+                vecs = embed_profiles([only_facets(p, wanted) for _, _, _, p in got])
+                for (i, cid, hit, _), v in zip(got, vecs, strict=True):
+                    filled = wanted.copy()
+                    merged = v.facet_sums
+                    if hit is not None:  # keep what an earlier query embedded
+                        merged = np.where(wanted[:, None], v.facet_sums, hit[0])
+                        filled |= hit[1]
+                    sums[i] = merged
                     key = (cid, table.generation.get(table.slot_of.get(cid, -1), 0))
-                    self._sums[key] = v.facet_sums
+                    self._sums[key] = (merged, filled)
                 while len(self._sums) > self._size:
                     self._sums.popitem(last=False)
         return normalize_rows(np.einsum("nfd,f->nd", sums, keep))
+
+
+def only_facets(profile: CapabilityProfile, wanted: npt.NDArray[np.bool_]) -> CapabilityProfile:
+    """The profile with the facets not ``wanted`` emptied (they embed to zero sums)."""
+    if wanted.all():
+        return profile
+    facets = {f: (t if wanted[FACET_INDEX[f]] else "") for f, t in profile.facets.items()}
+    examples = profile.examples if wanted[FACET_INDEX["examples"]] else ()
+    return replace(profile, facets=facets, examples=examples)
 
 
 def narrow(
