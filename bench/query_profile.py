@@ -464,20 +464,21 @@ def write_doc(path: Path, label: str, text: str) -> None:
 
 
 def golden(report: dict[str, Any], old_path: Path) -> list[str]:
+    """Compare every answer's top-10 digest with an earlier results file (over
+    the queries both ran: the same intents in the same order)."""
     old = json.loads(old_path.read_text())
     problems = []
     for n, s in report["sizes"].items():
         o = old["sizes"].get(n)
         if o is None:
             continue
-        same = sum(a == b for a, b in zip(o["top10"], s["top10"], strict=False))
-        if same != len(s["top10"]) or len(o["top10"]) != len(s["top10"]):
-            first = next(i for i, (a, b) in enumerate(zip(o["top10"], s["top10"], strict=False))
-                         if a != b) if same < min(len(o["top10"]), len(s["top10"])) else None
-            problems.append(f"{n}: {same}/{len(s['top10'])} identical top-10 answers"
-                            + (f"; first difference at query {first}" if first is not None else ""))
+        pairs = list(zip(o["top10"], s["top10"], strict=False))
+        differ = [i for i, (a, b) in enumerate(pairs) if a != b]
+        if differ:
+            problems.append(f"{n}: {len(pairs) - len(differ)}/{len(pairs)} identical top-10 "
+                            f"answers; first difference at query {differ[0]}")
         else:
-            log(f"{n}: {same}/{len(s['top10'])} top-10 answers identical to {old_path}")
+            log(f"{n}: {len(pairs)}/{len(pairs)} top-10 answers identical to {old_path}")
     return problems
 
 
