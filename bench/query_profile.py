@@ -139,7 +139,13 @@ class Stages:
         self.order: list[str] = []
 
     def wrap(self, owner: Any, attr: str, label: str) -> None:
-        raw = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
+        """Time ``owner.attr`` as ``label`` (absent at this commit: nothing to time)."""
+        if not hasattr(owner, attr):
+            return
+        if isinstance(owner, type):
+            raw = owner.__dict__.get(attr, getattr(owner, attr))
+        else:
+            raw = getattr(owner, attr)
         static = isinstance(raw, staticmethod)
         fn = raw.__func__ if static else raw
         clock = time.thread_time_ns
@@ -226,8 +232,8 @@ def instrument(stages: Stages) -> None:
     w(Discovery, "_local_item", "item")
     w(cap.CapabilityIndex, "query", "matcher")
     w(cap.CapabilityIndex, "query_vectors", "embed")
-    w(LexicalIndex, "score_many" if hasattr(LexicalIndex, "score_many") else "accumulate_many",
-      "lexical")
+    w(LexicalIndex, "score_many", "lexical")
+    w(LexicalIndex, "accumulate_many", "lexical")
     w(cap, "tag_scores", "tags")
     w(AnnMode, "candidates", "candidates")
     w(AnnIndex, "search", "faiss")
@@ -242,8 +248,7 @@ def instrument(stages: Stages) -> None:
     w(cap, "combine", "combine")
     w(scoring.QueryScores, "matches", "relevance")
     w(scoring.QueryScores, "match_slots", "relevance")
-    if hasattr(Registry, "linked"):
-        w(Registry, "linked", "slot_link")
+    w(Registry, "linked", "slot_link")
     w(Registry, "gate_mask", "gate_mask")
     w(Registry, "slots_of", "id_to_slot")
     w(Registry, "rank", "rank")
