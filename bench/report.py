@@ -225,6 +225,7 @@ def markdown(results: dict[str, Any], plot_name: str) -> str:
     if results.get("problems"):
         lines += ["", "## Errors in this run", ""]
         lines += [f"- {p}" for p in results["problems"]]
+    lines += profile_section()
     pk = m["packages"]
     lines += [
         "",
@@ -239,6 +240,41 @@ def markdown(results: dict[str, Any], plot_name: str) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def profile_section() -> list[str]:
+    """Server CPU per DISCOVER before/after, from bench/query_profile.py's results
+    (query_profile-before.json and -after.json, one run each, taken back to back)."""
+    runs = {}
+    for name in ("before", "after"):
+        f = ROOT / "bench" / "results" / f"query_profile-{name}.json"
+        if f.is_file():
+            runs[name] = json.loads(f.read_text(encoding="utf-8"))
+    if not runs:
+        return []
+    lines = [
+        "",
+        "## DISCOVER: server CPU per query (bench/query_profile.py)",
+        "",
+        "500 distinct MetaTool intents, `limit` 10, c=1: the CPU of the `ans serve` process "
+        "per DISCOVER over HTTP/2 (from /proc), the floor's the same way, and the in-process "
+        "`AnsApp.answer` per query (thread CPU). Stage by stage: "
+        "[query-profile.md](query-profile.md). The two runs were taken back to back on a "
+        "shared machine: compare them with each other and with their floor.",
+        "",
+        "| run | commit | agents | server CPU over HTTP/2 µs | floor µs | in process µs |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for name, r in runs.items():
+        for n, s in r["sizes"].items():
+            http = s.get("http") or {}
+            lines.append(
+                f"| {name} | `{r['commit']}` | {size_label(int(n))} | "
+                f"{fmt((http.get('ans') or {}).get('cpu_us_per_request'))} | "
+                f"{fmt((http.get('floor') or {}).get('cpu_us_per_request'))} | "
+                f"{fmt(s.get('cpu_us_mean'))} |"
+            )
+    return lines
 
 
 def index_results(results: dict[str, Any]) -> dict[int, dict[str, Any]]:
