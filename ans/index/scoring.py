@@ -149,34 +149,35 @@ class QueryScores:
         return ids, scores[picked]
 
     def matches(
-       self, gate: RelevanceGate
-   ) -> tuple[list[str], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-       """The candidates past the relevance gate's thresholds (:mod:`ans.relevance`;
-       its shortlist is applied after the hard gates, by the caller), as
-       (canonical ids, unrounded capability_match_scores, fused scores)."""
-       raw = np.clip(self.final, 0.0, 1.0).astype(np.float64)
-       if gate.kind == "floor":
-           keep = at_least(raw, gate.min_capability_match)
-           ids, picked = self._picked(keep)
-           return ids, raw[picked], raw[picked]
-       cms = self.calibrated(gate)
-       keep = at_least(raw, gate.min_capability_match) & at_least(cms, gate.min_relevance)
-       ids, picked = self._picked(keep)
-       return ids, cms[picked], raw[picked]
+        self, gate: RelevanceGate
+    ) -> tuple[list[str], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """The candidates past the relevance gate's thresholds (:mod:`ans.relevance`;
+        its shortlist is applied after the hard gates, by the caller), as
+        (canonical ids, unrounded capability_match_scores, fused scores)."""
+        keep, cms, raw = self._gated(gate)
+        ids, picked = self._picked(keep)
+        return ids, cms[picked], raw[picked]
 
     def match_slots(
         self, gate: RelevanceGate
     ) -> tuple[Slots, npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         """:meth:`matches` as the candidates' slots in the matcher's slot table
         (no canonical id is read), ascending, with the same scores."""
-        raw = np.clip(self.final, 0.0, 1.0).astype(np.float64)
-        if gate.kind == "floor":
-            pos = np.nonzero(at_least(raw, gate.min_capability_match))[0]
-            return self.slots[pos], raw[pos], raw[pos]
-        cms = self.calibrated(gate)
-        keep = at_least(raw, gate.min_capability_match) & at_least(cms, gate.min_relevance)
+        keep, cms, raw = self._gated(gate)
         pos = np.nonzero(keep)[0]
         return self.slots[pos], cms[pos], raw[pos]
+
+    def _gated(
+        self, gate: RelevanceGate
+    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """Which candidates pass the gate's thresholds, with every candidate's
+        capability_match_score and fused score (both unrounded, in [0, 1])."""
+        raw = np.clip(self.final, 0.0, 1.0).astype(np.float64)
+        if gate.kind == "floor":
+            return at_least(raw, gate.min_capability_match), raw, raw
+        cms = self.calibrated(gate)
+        keep = at_least(raw, gate.min_capability_match) & at_least(cms, gate.min_relevance)
+        return keep, cms, raw
 
     def calibrated(self, gate: RelevanceGate) -> npt.NDArray[np.float64]:
         """capability_match_score of every candidate under ``gate`` (cached)."""
