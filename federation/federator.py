@@ -34,7 +34,9 @@ from ans.protocol.messages import (
     FEDERATION_BUDGET_HEADER,
     FEDERATION_PATH_HEADER,
     DiscoverRequest,
+    query_digest,
 )
+from ans.protocol.profile_params import forwarded_parameters
 
 from .health import DOWN_CODES, PeerHealth, Skip
 from .peer_keys import PeerKeyCache, PeerKeyUnavailable
@@ -171,15 +173,18 @@ class Federator:
         loop = asyncio.get_running_loop()
         if not plan.peers:
             return Fanout(req, plan, out, {}, loop.time())
+        # Without client_context, at summary detail for minimal (profile_params).
+        params = forwarded_parameters(req.raw_parameters)
+        same = len(params) == len(req.raw_parameters)
         body = orjson.dumps(
-            {"method": "DISCOVER", "task_id": req.task_id, "parameters": req.raw_parameters}
+            {"method": "DISCOVER", "task_id": req.task_id, "parameters": params}
             if req.task_id is not None
-            else {"method": "DISCOVER", "parameters": req.raw_parameters}
+            else {"method": "DISCOVER", "parameters": params}
         )
         expect = Expectation(
             params=req.params,
             identity=req.identity,
-            digest=req.query_digest,
+            digest=req.query_digest if same else query_digest(params),
             zones=self.zones,
             min_capability_match=self.min_capability_match,
             now=self.clock(),

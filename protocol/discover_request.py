@@ -21,6 +21,7 @@ from .errors import (
     InvalidParameter,
 )
 from .jcs import canonicalize
+from .profile_params import parse_profile_params
 from .request_types import (
     ANS_ID_RE,
     CANONICAL_ID_RE,
@@ -50,14 +51,10 @@ def _is_number(v: Any) -> bool:
 
 
 def parse_discover_params(p: Mapping[str, Any], limits: Limits) -> DiscoverParams:
-    intent = p.get("intent")
-    if intent is not None:
-        if not isinstance(intent, str):
-            raise InvalidParameter("intent", "must be a string")
-        intent = " ".join(intent.split())
-        if len(intent) > MAX_INTENT_LEN:
-            raise InvalidParameter("intent", f"must be at most {MAX_INTENT_LEN} characters")
-        intent = intent or None
+    # The profile's fields first: a misspelled hard filter is refused before
+    # anything else is read (protocol/profile_params.py).
+    profile = parse_profile_params(p, MAX_INTENT_LEN)
+    intent = profile.intent
 
     domains = p.get("capability_domains")
     if domains is not None:
@@ -89,6 +86,7 @@ def parse_discover_params(p: Mapping[str, Any], limits: Limits) -> DiscoverParam
     zone = p.get("governance_zone")
     if zone is not None and (not isinstance(zone, str) or ZONE_RE.fullmatch(zone) is None):
         raise InvalidParameter("governance_zone", "must be a zone id such as 'zone:finance'")
+    zone = zone if zone is not None else profile.zone  # constraints.zone: the same gate
 
     org = p.get("org_domain")
     if org is not None:
@@ -128,6 +126,7 @@ def parse_discover_params(p: Mapping[str, Any], limits: Limits) -> DiscoverParam
         scope_negotiate=negotiate,
         include_evidence=evidence,
         preferred_agent=preferred,
+        profile=profile,
     )
 
 

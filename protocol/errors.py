@@ -116,6 +116,16 @@ class ErrorCode(StrEnum):
     INVALID_SCOPE_NEGOTIATE = "invalid_scope_negotiate"
     INVALID_INCLUDE_EVIDENCE = "invalid_include_evidence"
     INVALID_PREFERRED_AGENT = "invalid_preferred_agent"
+    # the efficient-discovery profile's parameters (protocol/profile_params.py)
+    INVALID_QUERY = "invalid_query"  # the profile's alias of intent
+    INVALID_REQUIRED_TAGS = "invalid_required_tags"
+    INVALID_EXCLUDED_TAGS = "invalid_excluded_tags"
+    INVALID_PREFERRED_TAGS = "invalid_preferred_tags"
+    INVALID_PROTOCOLS = "invalid_protocols"
+    INVALID_CONSTRAINTS = "invalid_constraints"
+    INVALID_DETAIL = "invalid_detail"
+    INVALID_CLIENT_CONTEXT = "invalid_client_context"
+    MISSPELLED_PARAMETER = "misspelled_parameter"  # looks like a hard filter's name
     INVALID_CANONICAL_ID = "invalid_canonical_id"
     INVALID_MANIFEST = "invalid_manifest"
     MANIFEST_MISSING_FIELD = "manifest_missing_field"
@@ -375,6 +385,14 @@ Parameter = Literal[
     "scope_negotiate",
     "include_evidence",
     "preferred_agent",
+    "query",
+    "required_tags",
+    "excluded_tags",
+    "preferred_tags",
+    "protocols",
+    "constraints",
+    "detail",
+    "client_context",
     "parameters",
     "canonical_id",
     "manifest",
@@ -392,6 +410,14 @@ PARAMETER_CODES: dict[Parameter, ErrorCode] = {
     "scope_negotiate": ErrorCode.INVALID_SCOPE_NEGOTIATE,
     "include_evidence": ErrorCode.INVALID_INCLUDE_EVIDENCE,
     "preferred_agent": ErrorCode.INVALID_PREFERRED_AGENT,
+    "query": ErrorCode.INVALID_QUERY,
+    "required_tags": ErrorCode.INVALID_REQUIRED_TAGS,
+    "excluded_tags": ErrorCode.INVALID_EXCLUDED_TAGS,
+    "preferred_tags": ErrorCode.INVALID_PREFERRED_TAGS,
+    "protocols": ErrorCode.INVALID_PROTOCOLS,
+    "constraints": ErrorCode.INVALID_CONSTRAINTS,
+    "detail": ErrorCode.INVALID_DETAIL,
+    "client_context": ErrorCode.INVALID_CLIENT_CONTEXT,
     "parameters": ErrorCode.INVALID_PARAMETERS,
     "canonical_id": ErrorCode.INVALID_CANONICAL_ID,
     "manifest": ErrorCode.INVALID_MANIFEST,

@@ -68,6 +68,38 @@ class Identity:
 
 
 @dataclass(frozen=True, slots=True)
+class ProfileParams:
+    """The profile fields of one DISCOVER, parsed (the core's view)."""
+
+    intent: str | None = None  # from intent or its alias query
+    required_tags: tuple[str, ...] = ()
+    excluded_tags: tuple[str, ...] = ()
+    preferred_tags: tuple[str, ...] = ()
+    protocols: tuple[str, ...] = ()
+    max_results_age_seconds: float | None = None
+    regions: tuple[str, ...] = ()
+    zone: str | None = None  # constraints.zone: the governance zone filter
+    detail: str = "summary"
+    client_context_digest: str | None = None
+    unsupported_filters: tuple[str, ...] = ()
+
+    @property
+    def filters(self) -> bool:
+        """Whether any of the profile's hard filters is given (tags, protocols,
+        age, region): the registry then applies its profile columns."""
+        return bool(
+            self.required_tags
+            or self.excluded_tags
+            or self.protocols
+            or self.regions
+            or self.max_results_age_seconds is not None
+        )
+
+
+NO_PROFILE = ProfileParams()
+
+
+@dataclass(frozen=True, slots=True)
 class DiscoverParams:
     intent: str | None
     capability_domains: tuple[str, ...] | None
@@ -80,6 +112,8 @@ class DiscoverParams:
     include_evidence: bool = False
     # Routing (discovery draft 6.1): the agent the caller would like as results[0].
     preferred_agent: str | None = None
+    # The efficient-discovery profile's fields (protocol/profile_params.py).
+    profile: ProfileParams = NO_PROFILE
 
 
 @dataclass(frozen=True, slots=True)
