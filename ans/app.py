@@ -27,6 +27,7 @@ from ans.protocol.binding import (
     refused_headers_task_id,
     response_headers,
 )
+from ans.protocol.dialect import NEWER_CONTENT_TYPE, Dialect, recognise
 from ans.protocol.errors import (
     AgtpError,
     BodyTooLarge,
@@ -47,10 +48,12 @@ from ans.protocol.messages import (
     encode_error,
     task_id_hint,
 )
+from ans.protocol.newer import name_parameter
 from ans.protocol.status import AGTP_SPECIFIC
 
 from .gate import REFUSED_AFTER_PARSING, Credentials, RequestGate
 from .metrics import CONTENT_TYPE_LATEST, Metrics, surface_of
+from .newer_surface import NewerSurface
 from .refusals import SIGNED_METHODS, refusal_object, sign_refusal
 from .request_log import NOTE, RequestLog, RequestLogSettings, note
 from .service import AnsService
@@ -71,12 +74,15 @@ JSON_HEADERS = [(b"content-type", b"application/json"), (b"cache-control", b"max
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """What goes back for one AGTP request: status, task id, body, extra headers."""
+    """What goes back for one AGTP request: status, task id, body, extra
+    headers. ``own_headers``: ``extra`` is the whole header set (a newer-dialect
+    answer), so the framing adds none of the -02 headers."""
 
     status: int
     task_id: str | None
     body: bytes
     extra: tuple[tuple[str, str], ...] = ()
+    own_headers: bool = False
 
 
 class Background(Protocol):
@@ -111,6 +117,7 @@ class AnsApp:
         )
         self.server_agent_id = service.config.agent_id
         self._jwks_body = orjson.dumps(service.jwks())
+        self.newer = NewerSurface(service, self.gate)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -172,13 +179,25 @@ class AnsApp:
                 self.gate.settle(Credentials(client_address=address), 0.0, False, signed=True)
         else:
             answer = await self.answer(method, headers, body, creds)
-        await self._send(send, answer.status, answer.task_id, answer.body, answer.extra)
+        if answer.own_headers:
+            await self._raw(send, answer.status, _h2_headers(answer.extra), answer.body)
+        else:
+            await self._send(send, answer.status, answer.task_id, answer.body, answer.extra)
 
     async def answer(
-        self, method: str, headers: dict[str, str], body: bytes, creds: Credentials
+        self,
+        method: str,
+        headers: dict[str, str],
+        body: bytes,
+        creds: Credentials,
+        target: str | None = None,
     ) -> Answer:
         """One AGTP request, whatever its framing (HTTP/2 here, native AGTP in
-        :mod:`ans.native_server`), to its answer; never raises."""
+        :mod:`ans.native_server`, whose request line may carry a ``target``),
+        to its answer in the request's dialect; never raises."""
+        dialect = recognise(headers, target)
+        if dialect is Dialect.NEWER:
+            return await self._answer_newer(method, headers, body, creds, target)
         task_id = task_id_hint(headers)
         signed = method in SIGNED_METHODS
         try:
@@ -204,6 +223,61 @@ class AnsApp:
             # The signing above ran inside this window: its CPU is counted too.
             cpu = self.cpu_clock() - started
             self.gate.settle(creds, cpu, refused, signed=signed and failed)
+
+    async def _answer_newer(
+        self,
+        method: str,
+        headers: dict[str, str],
+        body: bytes,
+        creds: Credentials,
+        target: str | None,
+    ) -> Answer:
+        """:meth:`answer` for the newer dialect: the same address limit,
+        settling and gate; :class:`NewerSurface` parses and writes the answer."""
+        task_id = task_id_hint(headers)
+        signed = method in SIGNED_METHODS
+        newer = self.newer
+        extra: tuple[tuple[str, str], ...] = ()
+        ctype = NEWER_CONTENT_TYPE
+        try:
+            self.gate.limit_address(method, creds, headers, len(body), signed=signed)
+        except AgtpError as exc:
+            status, out = newer.error(self.typed(exc, method, target), task_id, method)
+            return self._newer_answer(
+                status, task_id, out, ctype, exc.headers, method, target, headers, body
+            )
+        started = self.cpu_clock()
+        refused = failed = False
+        try:
+            status, out, ctype, known = await newer.agtp(method, headers, body, creds, target)
+            task_id = known if known is not None else task_id
+        except Exception as exc:
+            failed = True
+            refused = isinstance(exc, AgtpError) and exc.status in REFUSED_AFTER_PARSING
+            err = self.typed(exc, method, target)
+            task_id = err.task_id or task_id
+            status, out = newer.error(err, task_id, method)
+            extra = err.headers
+        finally:
+            cpu = self.cpu_clock() - started
+            self.gate.settle(creds, cpu, refused, signed=signed and failed)
+        return self._newer_answer(status, task_id, out, ctype, extra, method, target, headers, body)
+
+    def _newer_answer(
+        self,
+        status: int,
+        task_id: str | None,
+        out: bytes,
+        ctype: str,
+        extra: tuple[tuple[str, str], ...],
+        method: str,
+        target: str | None,
+        headers: dict[str, str],
+        body: bytes,
+    ) -> Answer:
+        request = (method, target, headers, body)
+        all_headers = self.newer.headers(status, task_id, out, ctype, request, extra)
+        return Answer(status, task_id, out, all_headers, own_headers=True)
 
     @staticmethod
     def typed(exc: Exception, method: Any, path: Any) -> AgtpError:
@@ -268,7 +342,11 @@ class AnsApp:
     async def _dispatch(self, req: AgtpRequest) -> tuple[int, dict[str, Any]]:
         svc = self.service
         if isinstance(req, DiscoverRequest):
-            result = await svc.discover_async(req)
+            ref = name_parameter(req.raw_parameters)  # name resolution (discovery-01 4)
+            if ref is not None:
+                result = svc.resolve_name(req, ref)
+            else:
+                result = await svc.discover_async(req)
             note(results=result.get("returned"), intent=req.params.intent)
         elif isinstance(req, DescribeRequest):
             result = svc.describe(req)
@@ -387,6 +465,11 @@ class AnsApp:
                     await self.service.federator.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def _h2_headers(headers: tuple[tuple[str, str], ...]) -> list[tuple[bytes, bytes]]:
+    """Header pairs for HTTP/2: lowercase names (h2 refuses others)."""
+    return [(n.lower().encode("latin-1"), v.encode("latin-1", "replace")) for n, v in headers]
 
 
 def task_id_of(payload: dict[str, Any], fallback: str | None) -> str | None:

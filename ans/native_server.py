@@ -286,7 +286,9 @@ class NativeConnection(asyncio.Protocol):
                 token = NOTE.set(facts)
                 started = time.perf_counter()
                 try:
-                    answer = await self.app.answer(item.method, item.headers, item.body, creds)
+                    answer = await self.app.answer(
+                        item.method, item.headers, item.body, creds, item.target
+                    )
                 finally:
                     NOTE.reset(token)
                 self._write(answer)
@@ -306,6 +308,9 @@ class NativeConnection(asyncio.Protocol):
 
     def _write(self, answer: Answer) -> None:
         if self.transport is None or self.transport.is_closing():
+            return
+        if answer.own_headers:  # a newer-dialect answer carries its whole header set
+            self.transport.write(encode_response(answer.status, list(answer.extra), answer.body))
             return
         headers = [
             (k.decode("latin-1"), v.decode("latin-1"))

@@ -183,6 +183,16 @@ class Registry(Mapping[str, AgentEntry]):
             signer_kid=self._kids.values[self._kid[slot]],
         )
 
+    def ids_in_org(self, org_domain: str) -> list[str]:
+        """The canonical ids indexed under ``org_domain`` (lowercase), for
+        name resolution (``label.org_domain``)."""
+        code = self._orgs.code_of.get(org_domain)
+        if code is None:
+            return []
+        n = len(self._ids)
+        slots = np.nonzero((self._org[:n] == code) & self._valid[:n])[0]
+        return [cid for s in slots if (cid := self._ids[int(s)]) is not None]
+
     def signer_kids(self) -> list[str]:
         """The governance key ids that signed the indexed agents, sorted."""
         n = len(self._ids)

@@ -35,6 +35,7 @@ from ans.protocol.messages import (
     LifecycleRequest,
     Limits,
 )
+from ans.protocol.newer import AgentRef
 
 from .config import Config
 from .core.context import Clock, CoreContext, new_query_id, utc_now
@@ -44,6 +45,7 @@ from .core.freshness_writes import FreshnessWrites
 from .core.lifecycle import LifecycleEvents
 from .core.live_index import LiveIndex
 from .core.loader import IndexLoader
+from .core.names import NameResolver
 from .core.registrar import Registrar
 from .matcher import CapabilityMatcher
 from .relevance import RelevanceGate
@@ -111,6 +113,7 @@ class AnsService:
         self.lifecycle_events = LifecycleEvents(ctx, index)
         self.freshness = FreshnessWrites(ctx, index)
         self.describer = Describer(ctx, index)
+        self.names = NameResolver(ctx, index)
 
     # -- start-up and health -----------------------------------------------------------
     def load(self, snapshot: Mapping[str, Any] | None = None) -> int:
@@ -175,6 +178,12 @@ class AnsService:
     async def discover_async(self, req: DiscoverRequest) -> dict[str, Any]:
         self.index.catch_up()
         return await self.discovery.discover_async(req)
+
+    def resolve_name(self, req: DiscoverRequest, ref: AgentRef) -> dict[str, Any]:
+        """A DISCOVER with a ``name`` (:mod:`ans.core.names`): same scope and
+        zone checks as any DISCOVER, then the signed resolution."""
+        self.discovery.check_scope_and_zone(req)
+        return self.names.resolve(req, ref)
 
     def activate(self, req: ActivateRequest) -> dict[str, Any]:
         return self.registrar.activate(req)

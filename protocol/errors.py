@@ -41,9 +41,12 @@ class ErrorCode(StrEnum):
     MISSING_PRINCIPAL_ID = "missing_principal_id"
     MISSING_AUTHORITY_SCOPE = "missing_authority_scope"
     MISSING_AGTP_METHOD = "missing_agtp_method"
+    MISSING_OWNER_ID = "missing_owner_id"  # newer dialect: Agent-ID without Owner-ID
     INVALID_HEADER = "invalid_header"
     INVALID_AGENT_ID = "invalid_agent_id"
     INVALID_PRINCIPAL_ID = "invalid_principal_id"
+    INVALID_OWNER_ID = "invalid_owner_id"
+    INVALID_TARGET_AGENT = "invalid_target_agent"
     INVALID_SESSION_ID = "invalid_session_id"
     INVALID_TASK_ID = "invalid_task_id"
     INVALID_AGTP_METHOD = "invalid_agtp_method"
@@ -64,6 +67,9 @@ class ErrorCode(StrEnum):
     # Raised by the client (ans.client): a result's query_digest does not match
     # the parameters sent; as a refusal check it is 401 (SignatureInvalid).
     DIGEST_MISMATCH = "digest_mismatch"
+
+    # 262 (newer dialect): Authorization Required --------------------------------
+    AUTHORIZATION_REQUIRED = "authorization_required"  # anonymous query or DESCRIBE of an agent
 
     # 401: signatures and requester authentication -----------------------------
     UNAUTHORIZED = "unauthorized"
@@ -93,6 +99,8 @@ class ErrorCode(StrEnum):
 
     # 404 / 408 / 409 / 410 -----------------------------------------------------
     NOT_FOUND = "not_found"
+    UNKNOWN_PATH = "unknown_path"  # newer dialect: a request-line path ANS does not serve
+    NAME_NOT_FOUND = "name_not_found"  # name resolution: no Active agent has the name
     REQUEST_TIMEOUT = "request_timeout"
     CONFLICT = "conflict"
     STALE_EVENT = "stale_event"  # issued_at outside the window, or older than the last event
@@ -106,6 +114,9 @@ class ErrorCode(StrEnum):
     UNPROCESSABLE = "unprocessable"
     INVALID_PARAMETER = "invalid_parameter"
     INVALID_PARAMETERS = "invalid_parameters"
+    UNKNOWN_BODY_FIELD = "unknown_body_field"  # a top-level body key ANS does not understand
+    MISSING_QUERY = "missing_query"  # newer dialect: DISCOVER with no criterion at all
+    INVALID_NAME = "invalid_name"
     INVALID_INTENT = "invalid_intent"
     INVALID_CAPABILITY_DOMAINS = "invalid_capability_domains"
     INVALID_TRUST_TIER_MIN = "invalid_trust_tier_min"
@@ -239,6 +250,14 @@ class InvalidBody(BadRequest):
 
 
 # 401/403/404/409/410 --------------------------------------------------------
+class AuthorizationRequired(AgtpError):
+    """262 (newer dialect only): the request needs an identity or authority
+    it did not present (-09 "Status Codes", 262 (b) and (d))."""
+
+    status = Status.AUTHORIZATION_REQUIRED
+    code = ErrorCode.AUTHORIZATION_REQUIRED
+
+
 class Unauthorized(AgtpError):
     status = Status.UNAUTHORIZED
     code = ErrorCode.UNAUTHORIZED
@@ -270,6 +289,18 @@ class Gone(AgtpError):
 class Unprocessable(AgtpError):
     status = Status.UNPROCESSABLE
     code = ErrorCode.UNPROCESSABLE
+
+
+class UnknownBodyField(Unprocessable):
+    """The body has a top-level key ANS does not understand (``target``, a
+    parameter outside ``parameters``, a typo): refused, never ignored, so a
+    query is never answered as if it had no filter."""
+
+    code = ErrorCode.UNKNOWN_BODY_FIELD
+
+
+class MissingQuery(Unprocessable):
+    code = ErrorCode.MISSING_QUERY
 
 
 class InvalidParameter(Unprocessable):
@@ -364,6 +395,8 @@ REQUIRED_HEADER_CODES: dict[str, ErrorCode] = {
 INVALID_HEADER_CODES: dict[str, ErrorCode] = {
     "agent-id": ErrorCode.INVALID_AGENT_ID,
     "principal-id": ErrorCode.INVALID_PRINCIPAL_ID,
+    "owner-id": ErrorCode.INVALID_OWNER_ID,
+    "target-agent": ErrorCode.INVALID_TARGET_AGENT,
     "session-id": ErrorCode.INVALID_SESSION_ID,
     "task-id": ErrorCode.INVALID_TASK_ID,
     "agtp-method": ErrorCode.INVALID_AGTP_METHOD,
@@ -393,6 +426,7 @@ Parameter = Literal[
     "constraints",
     "detail",
     "client_context",
+    "name",
     "parameters",
     "canonical_id",
     "manifest",
@@ -418,6 +452,7 @@ PARAMETER_CODES: dict[Parameter, ErrorCode] = {
     "constraints": ErrorCode.INVALID_CONSTRAINTS,
     "detail": ErrorCode.INVALID_DETAIL,
     "client_context": ErrorCode.INVALID_CLIENT_CONTEXT,
+    "name": ErrorCode.INVALID_NAME,
     "parameters": ErrorCode.INVALID_PARAMETERS,
     "canonical_id": ErrorCode.INVALID_CANONICAL_ID,
     "manifest": ErrorCode.INVALID_MANIFEST,

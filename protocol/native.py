@@ -28,12 +28,17 @@ from .errors import AgtpError, BadRequest, BodyTooLarge, ErrorCode, HeaderTooLar
 from .messages import AGTP_VERSION, CONTENT_TYPE
 from .status import REASON
 
-_START_RE = re.compile(rb"(AGTP/1(?:\.\d{1,3})?) ([A-Z][A-Z0-9_-]{0,31})")
+# The request line: version, method and (newer drafts, -09 "Request Line
+# Grammar") an optional request-target: path-absolute [ "?" query ], no "#".
+_START_RE = re.compile(
+    rb"(AGTP/1(?:\.\d{1,3})?) ([A-Z][A-Z0-9_-]{0,31})(?: (/[\x21-\x22\x24-\x7e]{0,2047}))?"
+)
 _STATUS_RE = re.compile(rb"(AGTP/1(?:\.\d{1,3})?) ([1-5]\d\d)(?: [\x20-\x7e]{0,128})?")
 _HEADER_NAME = r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}"
 # One header line: name, colon, value without surrounding blanks (or trailing CRs).
 _HEADER_LINE_RE = re.compile(rb"^(" + _HEADER_NAME.encode() + rb"):[ \t]*(.*?)[ \t]*\r*$", re.M)
 _NAME_RE = re.compile(_HEADER_NAME)
+_TARGET_RE = re.compile(r"/[\x21-\x22\x24-\x7e]{0,2047}")
 _METHOD_RE = re.compile(r"[A-Z][A-Z0-9_-]{0,31}")
 # What a header value may not hold on the wire: CR, LF and other controls.
 _BAD_VALUE_RE = re.compile(r"[^\x20-\x7e\x80-\xff\t]")
@@ -45,6 +50,8 @@ class NativeRequest:
     method: str
     headers: dict[str, str]
     body: bytes
+    # The request-line target (path and query) when the line had one (newer dialect).
+    target: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +180,13 @@ class NativeParser(_FrameReader):
 
     def feed(self, data: bytes) -> list[NativeRequest]:
         return [
-            NativeRequest(m.group(1).decode(), m.group(2).decode(), headers, body)
+            NativeRequest(
+                m.group(1).decode(),
+                m.group(2).decode(),
+                headers,
+                body,
+                m.group(3).decode("ascii") if m.group(3) is not None else None,
+            )
             for m, headers, body in self._frames(data)
         ]
 
@@ -181,7 +194,8 @@ class NativeParser(_FrameReader):
         m = _START_RE.fullmatch(line)
         if m is None:
             raise BadRequest(
-                "start line must be 'AGTP/1.0 METHOD'", code=ErrorCode.INVALID_START_LINE
+                "start line must be 'AGTP/1.0 METHOD' or 'AGTP/1.0 METHOD /path' (no '#')",
+                code=ErrorCode.INVALID_START_LINE,
             )
         return m
 
@@ -206,12 +220,20 @@ class NativeResponseParser(_FrameReader):
         return m
 
 
-def encode_request(method: str, headers: Mapping[str, str], body: bytes = b"") -> bytes:
-    """``AGTP/1.0 METHOD`` + headers + ``Content-Length`` + blank line + body.
-    ValueError for a method, name or value that would break the framing."""
+def encode_request(
+    method: str, headers: Mapping[str, str], body: bytes = b"", *, target: str | None = None
+) -> bytes:
+    """``AGTP/1.0 METHOD [target]`` + headers + ``Content-Length`` + blank
+    line + body. ValueError for a method, target, name or value that would
+    break the framing."""
     if not _sendable_method(method):
         raise ValueError(f"not an AGTP method: {method[:40]!r}")
-    lines = [f"{AGTP_VERSION} {method}"]
+    line = f"{AGTP_VERSION} {method}"
+    if target is not None:
+        if _TARGET_RE.fullmatch(target) is None:
+            raise ValueError(f"not a request target: {target[:40]!r}")
+        line = f"{line} {target}"
+    lines = [line]
     for name, value in headers.items():
         if not _sendable_name(name):
             raise ValueError(f"header name {name[:40]!r} cannot be sent")

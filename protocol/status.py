@@ -11,6 +11,7 @@ class Status(IntEnum):
     OK = 200
     ACCEPTED = 202
     NO_CONTENT = 204
+    AUTHORIZATION_REQUIRED = 262  # newer dialect (-09)
     BAD_REQUEST = 400
     UNAUTHORIZED = 401
     FORBIDDEN = 403
@@ -23,6 +24,9 @@ class Status(IntEnum):
     SCOPE_VIOLATION = 451
     BUDGET_EXCEEDED = 452
     ZONE_VIOLATION = 453
+    SCOPE_VIOLATION_09 = 455  # newer dialect: -09 renumbered 451/452/453
+    BUDGET_EXCEEDED_09 = 456
+    ZONE_VIOLATION_09 = 457
     SERVER_ERROR = 500
     UNAVAILABLE = 503
     DELEGATION_FAILURE = 550
@@ -33,6 +37,7 @@ REASON: dict[int, str] = {
     200: "OK",
     202: "Accepted",
     204: "No Content",
+    262: "Authorization Required",
     400: "Bad Request",
     401: "Unauthorized",
     403: "Forbidden",
@@ -45,6 +50,9 @@ REASON: dict[int, str] = {
     451: "Scope Violation",
     452: "Budget Exceeded",
     453: "Zone Violation",
+    455: "Scope Violation",
+    456: "Budget Exceeded",
+    457: "Zone Violation",
     500: "Server Error",
     503: "Unavailable",
     550: "Delegation Failure",
@@ -52,4 +60,4 @@ REASON: dict[int, str] = {
 }
 
 # AGTP-specific codes are governance signals and MUST be logged for audit (-02 5.5).
-AGTP_SPECIFIC = frozenset({451, 452, 453, 550, 551})
+AGTP_SPECIFIC = frozenset({262, 451, 452, 453, 455, 456, 457, 550, 551})

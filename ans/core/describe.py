@@ -23,12 +23,17 @@ from ans.protocol.messages import DescribeRequest
 from .context import CoreContext
 from .live_index import LiveIndex
 
+# The "agtp_version" an Identity Document names: the base draft revision
+# whose schema it follows (-09).
+IDENTITY_AGTP_VERSION = "0.9"
+
 
 class Describer:
     def __init__(self, ctx: CoreContext, index: LiveIndex) -> None:
         self.ctx = ctx
         self.index = index
         self.manifest = self.own_manifest()
+        self.identity_document = self.own_identity()
 
     def describe(self, req: DescribeRequest) -> dict[str, Any]:
         ctx = self.ctx
@@ -118,3 +123,76 @@ class Describer:
         }
         signed: dict[str, Any] = sign_document(doc, key, "signature")
         return signed
+
+    def own_identity(self) -> dict[str, Any]:
+        """This ANS as a -09 Agent Identity Document, signed, with its keys."""
+        m = self.manifest
+        doc = identity_fields(m, m.get("capabilities", {}))
+        doc.update(
+            {
+                "issuer": m["manifest_uri"],
+                "issued_at": m["activated_at"],
+                "updated_at": m["activated_at"],
+                "scopes_accepted": ["discovery:query", "discovery:register"],
+                "public_key": m["public_key"],
+                "jwks": m["jwks"],
+                "jwks_uri": m["jwks_uri"],
+                "ranking_weights": m["ranking_weights"],
+                "agtp_manifest": m,
+            }
+        )
+        signed: dict[str, Any] = sign_document(doc, self.ctx.key, "signature")
+        return signed
+
+    def identity_of(self, described: dict[str, Any]) -> dict[str, Any]:
+        """An indexed agent's DESCRIBE answer (``{"manifest", "capabilities"}``)
+        as an Agent Identity Document, signed with the ANS key."""
+        manifest = described["manifest"]
+        doc = identity_fields(manifest, described.get("capabilities", {}))
+        doc.update(
+            {
+                "issuer": self.manifest["manifest_uri"],
+                "issued_at": manifest.get("activated_at", ""),
+                "updated_at": manifest.get("updated_at", manifest.get("activated_at", "")),
+                "scopes_accepted": list(manifest.get("authority_scope_categories", [])),
+                "capability_document": described.get("capabilities", {}),
+                "agtp_manifest": manifest,
+                "issuer_key_id": self.ctx.key.kid,
+            }
+        )
+        signed: dict[str, Any] = sign_document(doc, self.ctx.key, "signature")
+        return signed
+
+
+def identity_fields(manifest: dict[str, Any], capabilities: Any) -> dict[str, Any]:
+    """The -09 Identity Document fields an Agent Manifest Document maps to
+    (``behavioral_trust_score`` -> ``trust_score``, ``lifecycle_state`` ->
+    ``status`` in lowercase, ``supported_methods`` -> ``methods``, ...)."""
+    caps = capabilities if isinstance(capabilities, dict) else {}
+    raw_tags = caps.get("tags")
+    tags: list[Any] = raw_tags if isinstance(raw_tags, list) else []
+    doc: dict[str, Any] = {
+        "agtp_version": IDENTITY_AGTP_VERSION,
+        "document_type": "agtp-identity",
+        "document_version": "1.0",
+        "agent_id": manifest["canonical_id"],
+        "name": manifest.get("agent_label", ""),
+        "description": manifest.get("job_description", ""),
+        "principal": manifest.get("principal_org", ""),
+        "principal_id": manifest.get("org_domain", ""),
+        "status": str(manifest.get("lifecycle_state", "Active")).lower(),
+        "methods": list(manifest.get("supported_methods", [])),
+        "capabilities": [t for t in tags if isinstance(t, str)],
+        "trust_score": manifest.get("behavioral_trust_score", 0.0),
+        "trust_tier": manifest.get("trust_tier"),
+        "owner_id": manifest.get("principal_org", ""),
+        "org_domain": manifest.get("org_domain", ""),
+        "governance_zone": manifest.get("governance_zone", ""),
+        "manifest_uri": manifest.get("manifest_uri", ""),
+        "package_format": manifest.get("package_format", ""),
+        "package_integrity_hash": manifest.get("package_integrity_hash", ""),
+    }
+    for name in ("trust_warning", "trust_explanation", "cert_status"):
+        if name in manifest:
+            doc[name] = manifest[name]
+    return doc
