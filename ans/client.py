@@ -9,10 +9,20 @@ h2c with prior knowledge; ``https://`` negotiates h2 through ALPN.
 parameters sent; :func:`verify_discover_answer` checks any DISCOVER answer,
 a signed refusal included, and rejects an unsigned one
 (:meth:`_Client.discover_verified` asks and checks in one call).
+
+Both clients speak either dialect (``dialect``): ``agtp-02`` (the default:
+``AGTP-Version``, ``Principal-ID``, space-separated scopes,
+``application/agtp+json``) or ``agtp-09``, the newer drafts' wire
+(``Owner-ID``, comma-separated scopes, ``application/vnd.agtp+json``, no
+``AGTP-Version``, a path on the native request line). Answers of either
+dialect are read the same way (:class:`AgtpResponse`); the newer error body
+(kebab-case ``code``, ``detail``) and its ``Attribution-Record``
+(:func:`verify_attribution`) are understood.
 """
 
 from __future__ import annotations
 
+import hashlib
 import socket
 import ssl
 from collections.abc import Mapping
@@ -28,10 +38,12 @@ from ans.federation.peers import is_native
 from ans.federation.transport import PeerError
 from ans.governance.keys import TrustedKeys
 from ans.governance.signing import RESULT_SIGNATURE_FIELD, verify_document
-from ans.protocol.errors import AgtpError, ErrorCode, UnsignedResponse
+from ans.protocol.dialect import NEWER_CONTENT_TYPE, Dialect
+from ans.protocol.errors import AgtpError, ErrorCode, SignatureInvalid, UnsignedResponse
 from ans.protocol.messages import AGTP_VERSION, CONTENT_TYPE, query_digest
 from ans.protocol.native import NativeResponse, NativeResponseParser, encode_request
 
+from .attribution import verify_record
 from .refusals import check_refusal
 
 # The largest answer a native client reads (a DISCOVER answer is bounded by
@@ -44,6 +56,7 @@ class AgtpResponse:
     status: int
     headers: Mapping[str, str]
     body: dict[str, Any]
+    raw: bytes = b""  # the body bytes as received
 
     @property
     def result(self) -> dict[str, Any]:
@@ -59,13 +72,28 @@ class _Client:
     """What both clients share: the caller's identity, the request envelope,
     ``with`` support. Subclasses send (:meth:`call`) and fetch keys (:meth:`jwks`)."""
 
-    def __init__(self, base_url: str, agent_id: str, principal_id: str, scope: str) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        agent_id: str,
+        principal_id: str,
+        scope: str,
+        dialect: Dialect | str = Dialect.AGTP_02,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
-        self.identity = {
-            "agent-id": agent_id,
-            "principal-id": principal_id,
-            "authority-scope": scope,
-        }
+        self.dialect = Dialect(dialect)
+        if self.dialect is Dialect.NEWER:
+            self.identity = {
+                "agent-id": agent_id,
+                "owner-id": principal_id,
+                "authority-scope": ", ".join(scope.replace(",", " ").split()),
+            }
+        else:
+            self.identity = {
+                "agent-id": agent_id,
+                "principal-id": principal_id,
+                "authority-scope": scope,
+            }
 
     def __enter__(self) -> Self:
         return self
@@ -113,12 +141,15 @@ class _Client:
         self, method: str, parameters: Mapping[str, Any], task_id: str
     ) -> tuple[dict[str, str], bytes]:
         body = orjson.dumps({"method": method, "task_id": task_id, "parameters": dict(parameters)})
-        headers = {
-            "agtp-version": AGTP_VERSION,
-            "content-type": CONTENT_TYPE,
-            "task-id": task_id,
-            **self.identity,
-        }
+        if self.dialect is Dialect.NEWER:
+            headers = {"content-type": NEWER_CONTENT_TYPE, "task-id": task_id, **self.identity}
+        else:
+            headers = {
+                "agtp-version": AGTP_VERSION,
+                "content-type": CONTENT_TYPE,
+                "task-id": task_id,
+                **self.identity,
+            }
         return headers, body
 
 
@@ -132,8 +163,9 @@ class AgtpClient(_Client):
         scope: str,
         timeout: float = 10.0,
         verify: bool | str = True,
+        dialect: Dialect | str = Dialect.AGTP_02,
     ) -> None:
-        super().__init__(base_url, agent_id, principal_id, scope)
+        super().__init__(base_url, agent_id, principal_id, scope, dialect)
         prior_knowledge = self.base_url.startswith("http://")
         tls: bool | ssl.SSLContext = (
             ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify
@@ -174,7 +206,7 @@ def _response(status: int, headers: Mapping[str, str], content: bytes) -> AgtpRe
     except orjson.JSONDecodeError:
         text = content[:200].decode("utf-8", "replace")
         doc = {"status": status, "error": {"code": "not_agtp", "message": text}}
-    return AgtpResponse(status, dict(headers), doc if isinstance(doc, dict) else {})
+    return AgtpResponse(status, dict(headers), doc if isinstance(doc, dict) else {}, content)
 
 
 class NativeAgtpClient(_Client):
@@ -193,8 +225,9 @@ class NativeAgtpClient(_Client):
         scope: str,
         timeout: float = 10.0,
         verify: bool | str = True,
+        dialect: Dialect | str = Dialect.AGTP_02,
     ) -> None:
-        super().__init__(base_url, agent_id, principal_id, scope)
+        super().__init__(base_url, agent_id, principal_id, scope, dialect)
         try:
             tls, host, port, _, _ = native_origin(self.base_url)
         except PeerError as exc:
@@ -256,7 +289,8 @@ class NativeAgtpClient(_Client):
     ) -> AgtpResponse:
         headers, body = self._envelope(method, parameters, task_id)
         try:
-            request = encode_request(method, headers, body)
+            target = path if self.dialect is Dialect.NEWER else None
+            request = encode_request(method, headers, body, target=target)
         except ValueError as exc:
             raise ValueError(f"request cannot be framed: {exc}") from None
         reused = self._sock is not None
@@ -280,8 +314,11 @@ class NativeAgtpClient(_Client):
         resp = self.call("DESCRIBE", {}, task_id="task-cli-describe")
         if resp.status != 200:
             raise ConnectionError(f"DESCRIBE answered {resp.status}")
+        doc = resp.result
+        if doc.get("document_type") == "agtp-identity":  # newer: the manifest is embedded
+            doc = doc.get("agtp_manifest") or {}
         try:
-            jwks: dict[str, Any] = manifest_jwks(resp.result)
+            jwks: dict[str, Any] = manifest_jwks(doc)
         except PeerError as exc:
             raise ConnectionError(f"the server's manifest: {exc.message}") from None
         return jwks
@@ -295,6 +332,7 @@ def connect(
     scope: str,
     timeout: float = 10.0,
     verify: bool | str = True,
+    dialect: Dialect | str = Dialect.AGTP_02,
 ) -> AgtpClient | NativeAgtpClient:
     """The client for ``base_url``: native framing for ``agtp[+cleartext]://``,
     the HTTP/2 binding otherwise."""
@@ -306,7 +344,27 @@ def connect(
         scope=scope,
         timeout=timeout,
         verify=verify,
+        dialect=dialect,
     )
+
+
+def verify_attribution(resp: AgtpResponse, jwks: Mapping[str, Any]) -> dict[str, Any]:
+    """A newer-dialect answer's ``Attribution-Record``, verified against the
+    ANS keys, bound to this answer (status, body hash, ``Audit-ID``); return
+    its payload. Raises :class:`UnsignedResponse` when there is none,
+    :class:`~ans.protocol.errors.SignatureInvalid` when it does not hold."""
+    headers = {k.lower(): v for k, v in resp.headers.items()}
+    jws = headers.get("attribution-record")
+    if not jws:
+        raise UnsignedResponse("the answer carries no Attribution-Record")
+    record = verify_record(jws, TrustedKeys.from_jwks(jwks))
+    if record.get("response_status") != resp.status:
+        raise SignatureInvalid("the Attribution-Record is for another status")
+    if record.get("response_hash") != hashlib.sha256(resp.raw).hexdigest():
+        raise SignatureInvalid("the Attribution-Record is for another body")
+    if headers.get("audit-id") != hashlib.sha256(jws.encode("ascii")).hexdigest():
+        raise SignatureInvalid("Audit-ID is not the hash of the Attribution-Record")
+    return record
 
 
 def verify_discover_result(

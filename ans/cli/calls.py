@@ -43,6 +43,7 @@ def _client(args: argparse.Namespace) -> Any:
         scope=args.scope,
         timeout=args.timeout,
         verify=args.cacert or True,
+        dialect=getattr(args, "dialect", "agtp-02"),
     )
 
 

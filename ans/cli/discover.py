@@ -16,9 +16,16 @@ def cmd_discover(args: argparse.Namespace) -> int:
     from ans.governance.keys import KeyFileError
     from ans.protocol.errors import AgtpError
 
-    from ..client import verify_discover_answer
+    from ..client import verify_attribution, verify_discover_answer
 
-    params: dict[str, Any] = {"intent": args.intent}
+    if args.intent is None and args.name is None:
+        print("ans: discover needs an INTENT or --name", file=sys.stderr)
+        return 2
+    params: dict[str, Any] = {}
+    if args.intent is not None:
+        params["intent"] = args.intent
+    if args.name is not None:
+        params["name"] = args.name
     for name in (
         "trust_tier_min",
         "behavioral_trust_min",
@@ -42,6 +49,10 @@ def cmd_discover(args: argparse.Namespace) -> int:
     # one is rejected before anything of it is shown as the server's word.
     try:
         kid = verify_discover_answer(resp, jwks or {}, params, _task_id("DISCOVER"))
+        # The newer dialect's answers also carry a signed Attribution-Record.
+        newer = args.dialect == "agtp-09"
+        if newer:
+            verify_attribution(resp, jwks or {})
     except (AgtpError, KeyFileError) as exc:
         err = resp.error or {}
         print(
@@ -58,6 +69,11 @@ def cmd_discover(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if newer:
+        print(
+            f"attribution: verified (Audit-ID {resp.headers.get('audit-id', '?')[:16]}...)",
+            file=sys.stderr if args.json else sys.stdout,
+        )
     # With --json, stdout holds the JSON document alone.
     if args.json:
         print(json.dumps(resp.body, indent=2, ensure_ascii=False))
@@ -80,7 +96,7 @@ def print_table(result: dict[str, Any]) -> None:
             f"{r['agent_label']}@{r['org_domain']}",
             str(r["trust_tier"]),
             f"{r['behavioral_trust_score']:.2f}",
-            f"{r['capability_match_score']:.3f}",
+            f"{r.get('capability_match_score', 0):.3f}",
             f"{r.get('rank_score', 0):.3f}",
             str(r.get("governance_zone", "")),
         ]
@@ -94,6 +110,9 @@ def print_table(result: dict[str, Any]) -> None:
         f"{result.get('returned', 0)} of {result.get('total_matches', 0)} matches "
         f"(query {result.get('query_id', '?')}, {result.get('generated_at', '')})"
     )
+    resolution = result.get("resolution")
+    if isinstance(resolution, dict):
+        print(f"name {resolution.get('name')} -> canonical id {resolution.get('canonical_id')}")
     if federated:
         print(f"federation path: {' -> '.join(result['federation_path'])}")
     routing = result.get("routing")

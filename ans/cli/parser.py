@@ -110,8 +110,21 @@ def _parser() -> argparse.ArgumentParser:
     im.add_argument("--cacert", default=None, help="with --server: CA bundle for https")
 
     d = sub.add_parser("discover", help="send DISCOVER and print a verified, ranked table")
-    d.add_argument("intent", help="natural-language description of the needed capability")
+    d.add_argument(
+        "intent", nargs="?", help="natural-language description of the needed capability"
+    )
     _add_identity(d, "discovery:query")
+    d.add_argument(
+        "--dialect",
+        choices=["agtp-02", "agtp-09"],
+        default="agtp-02",
+        help="wire dialect: agtp-02 (default) or agtp-09, the newer drafts' "
+        "(Owner-ID, comma scopes, application/vnd.agtp+json)",
+    )
+    d.add_argument(
+        "--name",
+        help="resolve a name (label.org_domain, an explicit manifest name, or an agtp:// URI)",
+    )
     d.add_argument("--trust-tier-min", type=int)
     d.add_argument("--behavioral-trust-min", type=float)
     d.add_argument("--zone", dest="governance_zone")
