@@ -27,6 +27,7 @@ from .errors import (
     MethodMismatch,
     MissingHeader,
     TaskIdMismatch,
+    UnknownBodyField,
     UnsupportedContentType,
     UnsupportedVersion,
 )
@@ -153,10 +154,33 @@ def parse_envelope(
             )
         if header_task is not None and body_task != header_task:
             raise TaskIdMismatch("the Task-ID header and the body task_id differ")
+    task_id = header_task if header_task is not None else body_task
+    with answering(task_id):
+        check_body_shape(method, doc)
     params = doc.get("parameters", {})
     if not isinstance(params, dict):
         raise InvalidParameter("parameters", "must be a JSON object")
-    return Envelope(header_task if header_task is not None else body_task, params)
+    return Envelope(task_id, params)
+
+
+# The top-level keys of the AGTP request body (-02 and -09 alike).
+ENVELOPE_KEYS = frozenset({"method", "task_id", "session_id", "parameters", "context"})
+
+
+def check_body_shape(method: str, doc: Mapping[str, Any]) -> None:
+    """A body ANS does not understand is refused, never answered as if it had
+    no filter: a top-level key outside the envelope (the reference code's
+    ``target``, parameters written beside ``parameters`` instead of in it, a
+    typo) is 422 ``unknown_body_field``. A -02 body of envelope keys alone
+    (``{"method": "DISCOVER"}``) still means "no parameters", as before."""
+    unknown = set(doc) - ENVELOPE_KEYS
+    if unknown:
+        names = ", ".join(sorted(k[:40] for k in unknown)[:8])
+        hint = "; a DISCOVER query goes in 'parameters'" if method == "DISCOVER" else ""
+        raise UnknownBodyField(
+            f"top-level body keys ANS does not understand: {names} (the body is "
+            f"{{'method', 'task_id', 'parameters'}}{hint})"
+        )
 
 
 def task_id_hint(headers: Mapping[str, str]) -> str | None:

@@ -37,7 +37,7 @@ from typing import Any
 from . import jsonstrict
 from .dialect import NEWER_ACCEPTED_CONTENT_TYPES, NEWER_CONTENT_TYPE, media_type
 from .discover_request import parse_discover_params, parse_federation_headers, query_digest
-from .envelope import _header_text, answering, is_task_id
+from .envelope import ENVELOPE_KEYS, _header_text, answering, is_task_id
 from .errors import (
     BadRequest,
     ErrorCode,
@@ -53,6 +53,7 @@ from .errors import (
     UnknownBodyField,
     UnsupportedContentType,
 )
+from .profile_params import KNOWN_PARAMETERS
 from .request_types import (
     CANONICAL_ID_RE,
     MAX_TASK_ID_LEN,
@@ -63,28 +64,18 @@ from .request_types import (
 )
 from .scope import MAX_SCOPE_HEADER, MAX_SCOPE_TOKENS, AuthorityScope, ScopeToken
 
-# The top-level body keys of the -09 common request structure.
-ENVELOPE_KEYS = frozenset({"method", "task_id", "session_id", "parameters", "context"})
-# discovery-01 DISCOVER parameters (plus ANS's own, and ``name`` for resolution).
-DISCOVER_PARAMETERS = frozenset(
-    {
-        "intent",
-        "capability_domains",
-        "trust_tier_min",
-        "behavioral_trust_min",
-        "governance_zone",
-        "org_domain",
-        "limit",
-        "scope_negotiate",
-        "include_evidence",
-        "preferred_agent",
-        "name",
-    }
-)
+# Every DISCOVER parameter ANS understands (discovery-01's, the profile's,
+# ``name``); unknown ones are the profile's rule (unsupported_filters, or 422
+# misspelled_parameter for a hard filter's misspelling).
+DISCOVER_PARAMETERS = KNOWN_PARAMETERS
 # The -09 base draft's DISCOVER parameters, mapped onto discovery-01's.
 BASE09_PARAMETERS = frozenset({"criteria", "max_results", "filter"})
 # What makes a DISCOVER a query (anything else only shapes the answer).
-CRITERIA = frozenset(DISCOVER_PARAMETERS - {"limit", "scope_negotiate", "include_evidence"})
+CRITERIA = frozenset(
+    DISCOVER_PARAMETERS
+    - {"limit", "scope_negotiate", "include_evidence", "detail"}
+    - {"client_context"}
+)
 DESCRIBE_PARAMETERS = frozenset(
     {"canonical_id", "agent_id", "name", "capability_domains", "version_min", "context"}
 )
@@ -252,9 +243,6 @@ def discover_parameters(doc: Mapping[str, Any], path: str) -> tuple[dict[str, An
     and the path it addresses (a body ``target`` is the reference code's
     legacy spelling of the path)."""
     keys = set(doc)
-    unknown = keys - ENVELOPE_KEYS - DISCOVER_PARAMETERS - BASE09_PARAMETERS - {"target"}
-    if unknown:
-        raise _unknown(unknown, "top-level body keys")
     target = doc.get("target")
     if target is not None:
         if not isinstance(target, str) or not target.strip():
@@ -263,10 +251,11 @@ def discover_parameters(doc: Mapping[str, Any], path: str) -> tuple[dict[str, An
         if path != "/" and path != from_body:
             raise InvalidBody(f"the body target {target[:40]!r} contradicts the path {path[:80]}")
         path = from_body
-    flat = {k: doc[k] for k in keys & (DISCOVER_PARAMETERS | BASE09_PARAMETERS)}
+    # The reference code's flat form: every key outside the envelope is a parameter.
+    flat = {k: doc[k] for k in keys - ENVELOPE_KEYS - {"target"}}
     if "parameters" in doc:
         if flat:
-            raise _unknown(set(flat), "parameters outside 'parameters' (give them once)")
+            raise _unknown(set(flat), "top-level keys beside 'parameters' (the query goes in it)")
         params = doc["parameters"]
         if not isinstance(params, dict):
             raise InvalidParameter("parameters", "must be a JSON object")
@@ -291,8 +280,6 @@ def _map_base09(params: dict[str, Any]) -> dict[str, Any]:
     if isinstance(criteria, str):
         put("intent", criteria)
     elif isinstance(criteria, dict):
-        if bad := set(criteria) - DISCOVER_PARAMETERS:
-            raise _unknown(bad, "criteria")
         for k, v in criteria.items():
             put(k, v)
     elif criteria is not None:
@@ -303,8 +290,6 @@ def _map_base09(params: dict[str, Any]) -> dict[str, Any]:
     if flt is not None:
         if not isinstance(flt, dict):
             raise InvalidParameter("parameters", "filter must be a JSON object")
-        if bad := set(flt) - DISCOVER_PARAMETERS:
-            raise _unknown(bad, "filter keys")
         for k, v in flt.items():
             put(k, v)
     return out

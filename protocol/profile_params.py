@@ -58,6 +58,7 @@ KNOWN_PARAMETERS = frozenset(
         "constraints",
         "detail",
         "client_context",
+        "name",  # name resolution (discovery-01 4): ans.core.names
     }
 )
 # The parameters that remove agents: a misspelling of one is refused.

@@ -14,9 +14,10 @@ Resolution is a DISCOVER whose criterion is the name: the same request gate
 and requested-zone (453/457) checks, the same hard gates (lifecycle Active,
 trust tier, behavioral floor, zone, org, restricted zones) and the same
 signed result object; each item also carries the agent's signed
-``manifest``. No visible match is 404 ``name_not_found`` (signed, like every
-DISCOVER refusal): a name in a restricted zone the caller may not see does
-not exist for it.
+``manifest``. A name takes no capability criteria (intent, tags, ...): 422
+``invalid_name`` rather than an answer that ignored them. No visible match
+is 404 ``name_not_found`` (signed, like every DISCOVER refusal): a name in a
+restricted zone the caller may not see does not exist for it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 from ans.governance.audit import rfc3339
 from ans.governance.policy import first_failed_gate
 from ans.governance.signing import RESULT_SIGNATURE_FIELD, signature_object
-from ans.protocol.errors import ErrorCode, NotFound
+from ans.protocol.errors import ErrorCode, InvalidParameter, NotFound
 from ans.protocol.jcs import canonicalize
 from ans.protocol.messages import DiscoverRequest, Identity
 from ans.protocol.newer import AgentRef
@@ -96,6 +97,19 @@ class NameResolver:
         """The signed answer of a DISCOVER with a ``name`` (scope and zone
         already checked by the caller, :meth:`Discovery.check_scope_and_zone`)."""
         ctx, p = self.ctx, req.params
+        if (
+            p.intent is not None
+            or p.capability_domains
+            or p.preferred_agent is not None
+            or p.profile.filters
+            or p.profile.preferred_tags
+        ):
+            raise InvalidParameter(
+                "name",
+                "name resolution takes no capability criteria (intent, query, "
+                "capability_domains, tags, protocols, constraints, preferred_agent): ask "
+                "for the name alone, with trust, zone or org gates if you like",
+            )
         passing: list[AgentEntry] = []
         for cid in self.candidates(ref):
             with self.index.lock:
@@ -136,5 +150,7 @@ class NameResolver:
             "generated_at": rfc3339(ctx.clock()),
             "query_digest": req.query_digest,
         }
+        if p.profile.unsupported_filters:
+            result["unsupported_filters"] = list(p.profile.unsupported_filters)
         result[RESULT_SIGNATURE_FIELD] = signature_object(canonicalize(result), ctx.key)
         return result
