@@ -22,6 +22,7 @@ import structlog
 
 from ans.governance.audit import rfc3339
 from ans.protocol.binding import (
+    POST_ENDPOINT,
     agtp_method,
     header_map,
     refused_headers_task_id,
@@ -178,7 +179,7 @@ class AnsApp:
             if method in SIGNED_METHODS:
                 self.gate.settle(Credentials(client_address=address), 0.0, False, signed=True)
         else:
-            answer = await self.answer(method, headers, body, creds)
+            answer = await self.answer(method, headers, body, creds, h2_path=scope.get("path"))
         if answer.own_headers:
             await self._raw(send, answer.status, _h2_headers(answer.extra), answer.body)
         else:
@@ -191,12 +192,18 @@ class AnsApp:
         body: bytes,
         creds: Credentials,
         target: str | None = None,
+        *,
+        h2_path: str | None = None,
     ) -> Answer:
         """One AGTP request, whatever its framing (HTTP/2 here, native AGTP in
         :mod:`ans.native_server`, whose request line may carry a ``target``),
-        to its answer in the request's dialect; never raises."""
+        to its answer in the request's dialect; never raises. On HTTP/2 every
+        request has a path, so it is no dialect marker (``h2_path``); once the
+        request is recognised as newer, it is its target (``POST /agtp``: none)."""
         dialect = recognise(headers, target)
         if dialect is Dialect.NEWER:
+            if target is None and h2_path is not None and h2_path.rstrip("/") != POST_ENDPOINT:
+                target = h2_path
             return await self._answer_newer(method, headers, body, creds, target)
         task_id = task_id_hint(headers)
         signed = method in SIGNED_METHODS

@@ -24,7 +24,6 @@ resolution, DESCRIBE); then it writes the answer the newer way:
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -32,7 +31,6 @@ from typing import Any
 import orjson
 
 from ans.governance.audit import rfc3339
-from ans.governance.policy import DISCOVERY_QUERY, require_scope
 from ans.protocol import newer
 from ans.protocol.dialect import (
     IDENTITY_CONTENT_TYPE,
@@ -44,8 +42,6 @@ from ans.protocol.dialect import (
 from ans.protocol.errors import (
     AgtpError,
     AuthorizationRequired,
-    ErrorCode,
-    NotFound,
     UnsupportedMethod,
 )
 from ans.protocol.messages import answering, is_task_id
@@ -128,22 +124,6 @@ class NewerSurface:
                     "Authority-Scope with discovery:query (this server's own document needs none)"
                 )
             req = self.gate.authenticate_and_limit("DESCRIBE", req, creds)
-            assert req.identity is not None
-            if ref.name is not None:
-                require_scope(
-                    req.identity,
-                    DISCOVERY_QUERY,
-                    method="DESCRIBE",
-                    task_id=req.task_id,
-                    audit=svc.ctx.audit,
-                )
-                found = svc.names.visible(ref, req.identity)
-                if not found:
-                    raise NotFound(
-                        f"no Active agent visible to you is named {ref.name[:120]!r}",
-                        code=ErrorCode.NAME_NOT_FOUND,
-                    )
-                req = dataclasses.replace(req, canonical_id=found[0])
             doc = svc.describer.identity_of(svc.describe(req))
         return self._document(headers, req.task_id, doc)
 

@@ -33,7 +33,8 @@ from .envelope import (
     parse_identity,
     task_id_hint,
 )
-from .errors import InvalidParameter
+from .errors import ErrorCode, InvalidHeader, InvalidParameter
+from .newer import agent_ref
 from .request_types import (
     ACCEPTED_CONTENT_TYPES,
     AGTP_VERSION,
@@ -75,6 +76,22 @@ def parse_describe(headers: Mapping[str, str], body: bytes, limits: Limits) -> D
             raise InvalidParameter(
                 "canonical_id", "must be an identifier of at most 256 characters"
             )
+    target = headers.get("target-agent")
+    if target is not None and target.strip():
+        # The reference client names the agent in Target-Agent: never ignored
+        # (that answered this ANS's own manifest for any agent named).
+        with answering(env.task_id):
+            try:
+                ref = agent_ref(target)
+            except ValueError as exc:
+                raise InvalidHeader(str(exc), code=ErrorCode.INVALID_TARGET_AGENT) from None
+            named = ref.canonical_id or ref.name
+            if cid is not None and cid != named:
+                raise InvalidHeader(
+                    "Target-Agent and canonical_id name different agents",
+                    code=ErrorCode.INVALID_TARGET_AGENT,
+                )
+            cid = named
     return DescribeRequest(identity=identity, task_id=env.task_id, canonical_id=cid)
 
 

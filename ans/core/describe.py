@@ -2,7 +2,8 @@
 
 :class:`Describer` answers DESCRIBE: without a canonical id (or with its
 own) the ANS's self-signed Agent Manifest Document, carrying its public key;
-for an indexed agent its manifest and capabilities, behind the same scope
+for an indexed agent (named by canonical id, or by a name:
+:mod:`ans.core.names`) its manifest and capabilities, behind the same scope
 and zone rules as DISCOVER; 503 / 410 for Suspended / retired agents
 (-02 6.5.3). It also serves the JWKS.
 """
@@ -22,6 +23,7 @@ from ans.protocol.messages import DescribeRequest
 
 from .context import CoreContext
 from .live_index import LiveIndex
+from .names import NameResolver
 
 # The "agtp_version" an Identity Document names: the base draft revision
 # whose schema it follows (-09).
@@ -32,6 +34,7 @@ class Describer:
     def __init__(self, ctx: CoreContext, index: LiveIndex) -> None:
         self.ctx = ctx
         self.index = index
+        self.names = NameResolver(ctx, index)
         self.manifest = self.own_manifest()
         self.identity_document = self.own_identity()
 
@@ -47,16 +50,24 @@ class Describer:
         require_scope(
             req.identity, DISCOVERY_QUERY, method="DESCRIBE", task_id=req.task_id, audit=ctx.audit
         )
+        cid = req.canonical_id
         with self.index.lock:
-            entry = self.index.registry.get(req.canonical_id)
-            withdrawn = self.index.withdrawn.get(req.canonical_id)
+            entry = self.index.registry.get(cid)
+            withdrawn = self.index.withdrawn.get(cid)
+        if entry is None and withdrawn is None:
+            # Not an indexed id: a name (label.org_domain, an explicit name)?
+            found = self.names.by_name(cid, req.identity)
+            if found is not None:
+                cid = found
+                with self.index.lock:
+                    entry = self.index.registry.get(cid)
         if entry is None and withdrawn is not None:
-            self._describe_withdrawn(req.canonical_id, withdrawn, req.identity.scope)
+            self._describe_withdrawn(cid, withdrawn, req.identity.scope)
         if entry is None or not ctx.zones.granted(entry.governance_zone, req.identity.scope):
-            raise NotFound(f"no Active agent {req.canonical_id!r} in this ANS")
-        stored = ctx.store.get(req.canonical_id)
+            raise NotFound(f"no Active agent {cid!r} in this ANS")
+        stored = ctx.store.get(cid)
         if stored is None or stored.lifecycle_state != "Active":
-            raise NotFound(f"no Active agent {req.canonical_id!r} in this ANS")
+            raise NotFound(f"no Active agent {cid!r} in this ANS")
         return {"manifest": stored.manifest, "capabilities": stored.capabilities}
 
     def _describe_withdrawn(self, cid: str, state: str, scope: Any) -> None:

@@ -30,7 +30,7 @@ from ans.governance.signing import RESULT_SIGNATURE_FIELD, signature_object
 from ans.protocol.errors import ErrorCode, InvalidParameter, NotFound
 from ans.protocol.jcs import canonicalize
 from ans.protocol.messages import DiscoverRequest, Identity
-from ans.protocol.newer import AgentRef
+from ans.protocol.newer import AgentRef, agent_ref
 
 from ..registry import AgentEntry
 from .context import CoreContext
@@ -81,6 +81,18 @@ class NameResolver:
                 ):
                     found.append(cid)
         return found[:MAX_CANDIDATES]
+
+    def by_name(self, text: str, identity: Identity) -> str | None:
+        """The first visible agent ``text`` names when it reads as a name or
+        an agtp:// URI (DESCRIBE by name), else None."""
+        try:
+            ref = agent_ref(text)
+        except ValueError:
+            return None
+        if ref.name is None and ref.canonical_id == text:
+            return None  # a plain id that is not indexed: not a name
+        found = self.visible(ref, identity)
+        return found[0] if found else None
 
     def visible(self, ref: AgentRef, identity: Identity) -> list[str]:
         """Candidates a caller with ``identity`` may see (Active, restricted
