@@ -49,6 +49,7 @@ from ans.protocol.messages import answering, is_task_id
 from .attribution import AttributionChain, request_hash
 from .gate import Credentials, RequestGate
 from .refusals import SIGNED_METHODS, refusal_object, sign_refusal
+from .request_log import note
 from .service import AnsService
 
 NEWER_METHODS = ("DISCOVER", "DESCRIBE")
@@ -76,6 +77,7 @@ class NewerSurface:
     ) -> Payload:
         """parse (400/422/404) -> authenticate and rate limit (401/429) -> the
         method with its scope/zone checks (455/457); raises AgtpError."""
+        note(dialect=Dialect.NEWER.value)
         if method == "DISCOVER":
             return await self._discover(headers, body, creds, target)
         if method == "DESCRIBE":
@@ -102,10 +104,12 @@ class NewerSurface:
         req = nd.request
         with answering(req.task_id, req.query_digest):
             req = self.gate.authenticate_and_limit("DISCOVER", req, creds)
+            note(agent_id=req.identity.agent_id, task_id=req.task_id)
             if nd.name is not None:
                 result = svc.resolve_name(req, nd.name)
             else:
                 result = await svc.discover_async(req)
+            note(results=result.get("returned"), intent=req.params.intent)
         return self._envelope(req.task_id, result)
 
     def _describe(
@@ -124,6 +128,7 @@ class NewerSurface:
                     "Authority-Scope with discovery:query (this server's own document needs none)"
                 )
             req = self.gate.authenticate_and_limit("DESCRIBE", req, creds)
+            note(agent_id=getattr(req.identity, "agent_id", None), task_id=req.task_id)
             doc = svc.describer.identity_of(svc.describe(req))
         return self._document(headers, req.task_id, doc)
 
