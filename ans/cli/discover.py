@@ -86,6 +86,10 @@ def cmd_discover(args: argparse.Namespace) -> int:
     return 0
 
 
+def _score(value: Any) -> str:
+    return f"{value:.3f}" if isinstance(value, (int, float)) else "-"
+
+
 def print_table(result: dict[str, Any]) -> None:
     federated = "federation_path" in result
     header = ["#", "agent", "tier", "trust", "match", "score", "zone"]
@@ -96,8 +100,8 @@ def print_table(result: dict[str, Any]) -> None:
             f"{r['agent_label']}@{r['org_domain']}",
             str(r["trust_tier"]),
             f"{r['behavioral_trust_score']:.2f}",
-            f"{r.get('capability_match_score', 0):.3f}",
-            f"{r.get('rank_score', 0):.3f}",
+            _score(r.get("capability_match_score")),  # none on a name resolution
+            _score(r.get("rank_score")),
             str(r.get("governance_zone", "")),
         ]
         if federated:

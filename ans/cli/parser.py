@@ -19,7 +19,11 @@ def _add_identity(p: argparse.ArgumentParser, scope: str) -> None:
         "agtp[+cleartext]://HOST:PORT speaks the native framing to a --native-listen",
     )
     p.add_argument("--agent-id", default="agtp://localhost/agents/ans-cli", help="Agent-ID header")
-    p.add_argument("--principal-id", default=None, help="Principal-ID header (default: $USER)")
+    p.add_argument(
+        "--principal-id",
+        default=None,
+        help="Principal-ID header, Owner-ID in the newer dialect (default: $USER)",
+    )
     p.add_argument("--scope", default=scope, help=f"Authority-Scope header (default {scope!r})")
     p.add_argument("--cacert", default=None, help="CA bundle for https and agtp servers")
     p.add_argument("--timeout", type=float, default=10.0)
@@ -196,7 +200,11 @@ def _parser() -> argparse.ArgumentParser:
     pc.add_argument(
         "--agent-id", default="agtp://localhost/agents/ans-peers-check", help="Agent-ID header"
     )
-    pc.add_argument("--principal-id", default=None, help="Principal-ID header (default: $USER)")
+    pc.add_argument(
+        "--principal-id",
+        default=None,
+        help="Principal-ID header, Owner-ID in the newer dialect (default: $USER)",
+    )
     pc.add_argument("--scope", default="discovery:query", help="Authority-Scope header")
     pc.add_argument("--json", action="store_true", help="one JSON object per peer, as a list")
 

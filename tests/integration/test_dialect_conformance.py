@@ -28,6 +28,7 @@ from ans.governance.signing import verify_document
 from ans.protocol.native import NativeParser, NativeResponseParser
 
 from ans.attribution import ZERO_AUDIT_ID
+from ans.cli import main
 from ans.client import AgtpResponse, verify_attribution, verify_discover_answer
 from tools.launcher import RunningServer, start_server, stop_server
 
@@ -256,3 +257,23 @@ def test_audit_ids_chain(srv: RunningServer, jwks: dict[str, Any]) -> None:
     record = verify_attribution(second, jwks)
     assert record["previous_audit_id"] == first.headers["audit-id"]
     assert record["previous_audit_id"] != ZERO_AUDIT_ID
+
+
+@pytest.mark.parametrize("framing", ["native", "h2"])
+@pytest.mark.parametrize("dialect", [NEWER, OLD])
+def test_cli_resolves_a_name_in_either_dialect(
+    srv: RunningServer, framing: str, dialect: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = srv.native_url if framing == "native" else srv.url
+    assert url is not None
+    name = "solidity-auditor.chainguard-audits.example"
+    args = ["discover", "--name", name, "--server", url, "--dialect", dialect]
+    assert main([*args, "--scope", "discovery:query zone:finance"]) == 0
+    out = capsys.readouterr().out
+    assert f"name {name} -> canonical id {SOL_ID}" in out
+    assert "signature: verified" in out
+    assert ("attribution: verified" in out) is (dialect == NEWER)
+    # without the zone grant the name does not exist for the caller: a signed 404
+    assert main([*args, "--scope", "discovery:query"]) == 2
+    code = "name-not-found" if dialect == NEWER else "name_not_found"
+    assert f"404 {code}" in capsys.readouterr().err
