@@ -52,7 +52,11 @@ def start_server(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        # each server its own metrics (a multiprocess directory is ans serve's to set)
+        env={
+            **{k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"},
+            "PYTHONUNBUFFERED": "1",
+        },
     )
     lines: queue.Queue[str] = queue.Queue()
     output: list[str] = []

@@ -148,6 +148,10 @@ def _metrics_shared_by_workers(data_dir: Path) -> None:
     every worker writes its samples there, and a scrape of any worker sums them."""
     import os
 
+    if "prometheus_client" in sys.modules:
+        # Too late (its value class is chosen at import), and not a fresh
+        # `ans serve` process: an in-process caller must not leak the setting.
+        return
     directory = data_dir / "metrics"
     directory.mkdir(parents=True, exist_ok=True)
     for old in directory.glob("*.db"):
