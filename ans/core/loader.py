@@ -18,8 +18,10 @@ from typing import Any
 import structlog
 
 from ans.governance.audit import rfc3339
+from ans.governance.profile_metadata import attrs_of
 
 from ..matcher import profile_from
+from ..profile_metadata import SELF_ASSERTED_KID
 from ..store import StoredAgent
 from .context import CoreContext
 from .live_index import LiveIndex
@@ -60,7 +62,10 @@ class IndexLoader:
         for rows in batches(store.iter_index_rows(), 65536):
             trusted = []
             for row in rows:
-                if self.ctx.governance_keys.get(row.signer_kid) is None:
+                if (
+                    self.ctx.governance_keys.get(row.signer_kid) is None
+                    and row.signer_kid != SELF_ASSERTED_KID  # signed by no key at all
+                ):
                     self._deindexed(row.canonical_id, row.signer_kid)
                     skipped += 1
                 else:
@@ -90,6 +95,10 @@ class IndexLoader:
                 found = store.get_many(chunk)
                 self.embed_and_upsert([found[c] for c in chunk if c in found])
                 embedded += len(chunk)
+            # The profile's filter columns are not in the snapshot: one pass
+            # over the stored documents (the rebuild path does it as it embeds).
+            for agents in batches(store.iter_active(), INDEX_BATCH):
+                self.set_profiles(agents)
             self.loaded_from = "snapshot"
             self._snapshot_seq = seq if delta == 0 and dropped == 0 and not missing else None
         else:
@@ -98,6 +107,7 @@ class IndexLoader:
                 (a for a in store.iter_active() if a.canonical_id in registry), INDEX_BATCH
             ):
                 self.embed_and_upsert(agents)
+                self.set_profiles(agents)
                 embedded += len(agents)
             self.loaded_from = "rebuild"
         t3 = time.perf_counter()
@@ -128,6 +138,16 @@ class IndexLoader:
             canonical_id=canonical_id,
             signer_kid=signer_kid,
         )
+
+    def set_profiles(self, agents: Sequence[StoredAgent]) -> None:
+        """The profile's filter attributes (tags, protocols, regions, expiry,
+        metadata age) of stored agents already in the registry."""
+        attrs = [
+            (a.canonical_id, attrs_of(a.manifest, a.capabilities, a.updated_at)) for a in agents
+        ]
+        with self.index.lock:
+            for cid, at in attrs:
+                self.index.registry.set_profile(cid, at)
 
     def embed_and_upsert(self, agents: Sequence[StoredAgent]) -> None:
         """Embed a batch of stored agents (outside any lock) and put them in the
