@@ -659,3 +659,41 @@ def test_client_context_digest_matches(world: dict[str, Any]) -> None:
     req = discover_req({"client_context": ctx})
     digest = hashlib.sha256(b'{"locale":"en-GB"}').hexdigest()
     assert req.params.profile.client_context_digest == digest
+
+
+def test_a_peer_entry_must_prove_it_passes_the_profile_filters() -> None:
+    """A federated entry is kept only when what it carries shows it passes the
+    request's profile filters (an older peer that sends no tags fails them)."""
+    from ans.governance.profile_metadata import item_filter_failure
+
+    now = T0.timestamp()
+    p = discover_req(
+        {
+            "required_tags": ["translation"],
+            "excluded_tags": ["internal"],
+            "protocols": ["https"],
+            "constraints": {"region": "eu", "max_results_age_seconds": 3600},
+        }
+    ).params.profile
+    ok = {
+        "tags": ["translation"],
+        "bindings": [{"protocol": "https", "endpoint": "https://x"}],
+        "regions": ["eu"],
+        "freshness": {"updated_at": iso(T0 - timedelta(seconds=10))},
+    }
+    assert item_filter_failure(ok, p, now) is None
+    broken = [
+        {k: v for k, v in ok.items() if k != "tags"},
+        {**ok, "tags": ["legal"]},
+        {**ok, "tags": ["translation", "internal"]},
+        {**ok, "bindings": [{"protocol": "grpc", "endpoint": "grpc://x"}]},
+        {k: v for k, v in ok.items() if k != "regions"},
+        {**ok, "freshness": {"updated_at": iso(T0 - timedelta(hours=2))}},
+        {**ok, "freshness": {}},
+    ]
+    for item in broken:
+        assert item_filter_failure(item, p, now) is not None, item
+    expired = {"freshness": {"expires_at": iso(T0 - timedelta(seconds=1))}}
+    none = discover_req({}).params.profile
+    assert item_filter_failure(expired, none, now) == "expired"
+    assert item_filter_failure({}, none, now) is None
