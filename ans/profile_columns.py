@@ -23,6 +23,7 @@ Not thread-safe by itself: the registry's caller holds the index lock.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 import numpy as np
@@ -137,6 +138,32 @@ class ProfileColumns:
         if p.max_results_age_seconds is not None:
             with np.errstate(invalid="ignore"):
                 mask &= (now - self._updated[:n]) <= p.max_results_age_seconds
+
+
+def encode_attrs(attrs: ProfileAttrs) -> list[Any]:
+    """The snapshot form of one agent's attributes (JSON: no inf, no NaN)."""
+    return [
+        list(attrs.tags),
+        list(attrs.protocols),
+        list(attrs.regions),
+        attrs.expires_at if math.isfinite(attrs.expires_at) else None,
+        None if math.isnan(attrs.updated_at) else attrs.updated_at,
+    ]
+
+
+def decode_attrs(raw: Any) -> ProfileAttrs | None:
+    """:func:`encode_attrs` reversed (None when malformed)."""
+    try:
+        tags, protocols, regions, expires, updated = raw
+        return ProfileAttrs(
+            tags=tuple(sys.intern(str(t)) for t in tags),
+            protocols=tuple(sys.intern(str(t)) for t in protocols),
+            regions=tuple(sys.intern(str(t)) for t in regions),
+            expires_at=math.inf if expires is None else float(expires),
+            updated_at=math.nan if updated is None else float(updated),
+        )
+    except (TypeError, ValueError):
+        return None
 
 
 def passes(attrs: ProfileAttrs | None, p: ProfileParams, now: float) -> bool:

@@ -36,7 +36,7 @@ from ans.protocol.messages import DiscoverParams
 from ans.protocol.scope import AuthorityScope
 
 from .config import RankingWeights
-from .profile_columns import ProfileColumns
+from .profile_columns import ProfileColumns, encode_attrs
 from .ranking import PRECISION, TIER_NORM, rank_score, sort_key
 from .store import IndexRow, StoredAgent, gate_columns
 
@@ -391,6 +391,16 @@ class Registry(Mapping[str, AgentEntry]):
         slot = self._slot_of.get(canonical_id)
         if slot is not None:
             self.profiles.set(slot, attrs)
+
+    def profile_state(self) -> dict[str, list[Any]]:
+        """Every indexed agent's profile attributes, for a snapshot's meta."""
+        attrs = self.profiles.attrs
+        out = {}
+        for cid, slot in self._slot_of.items():
+            a = attrs(slot)
+            if a is not None:
+                out[cid] = encode_attrs(a)
+        return out
 
     def profile_of(self, canonical_id: str) -> ProfileAttrs | None:
         slot = self._slot_of.get(canonical_id)

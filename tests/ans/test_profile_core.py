@@ -455,13 +455,23 @@ def test_filters_survive_a_restart(
     svc, cfg = world["svc"], world["cfg"]
     snap = cfg.data_dir / "snap"
     svc.save_snapshot(snap, force=True)
+    # changed after the snapshot: start-up must take this, not the snapshot's columns
+    spec = dict(AGENTS["hr-lite"])
+    caps = {**spec.pop("caps"), "tags": ["hr", "payroll", "benefits"], "updated_at": iso(T0)}
+    m = world["make"]("hr-lite", **spec, last_updated=iso(T0))
+    svc.activate(ActivateRequest(GOV, "t-again", m, caps))
     svc.audit.close()
     svc.store.close()
-    for from_snapshot in (False, True):
-        if from_snapshot:
+    for mode in ("rebuild", "snapshot", "snapshot without columns"):
+        if mode != "rebuild":
             loaded = CapabilityIndex.load(snap, embedder)
             assert loaded is not None
             matcher, meta = loaded
+            assert "profile_columns" in meta
+            if mode == "snapshot without columns":  # one written before the columns existed
+                del meta["profile_columns"]
+            else:  # proof that they are read from the snapshot, not the store
+                meta["profile_columns"][world["ids"]["hr-core"]][0].append("from-snapshot")
             again = AnsService(
                 config=cfg,
                 store=SQLiteStore(cfg.data_dir / "registry.sqlite3"),
@@ -476,10 +486,16 @@ def test_filters_survive_a_restart(
         else:
             again = make_ans(cfg, clock=clock, load=True)
             assert again.index_loaded_from == "rebuild"
-        assert labels(run(again, required_tags=["hr"])) == ["hr-core", "hr-lite"]
-        assert labels(run(again, protocols=["grpc"])) == ["hr-lite"]
-        assert labels(run(again, constraints={"region": "apac"})) == ["hr-core"]
-        assert labels(run(again, constraints={"max_results_age_seconds": 3600})) == ["hr-core"]
+        assert labels(run(again, required_tags=["hr"])) == ["hr-core", "hr-lite"], mode
+        assert labels(run(again, required_tags=["benefits"])) == ["hr-lite"], mode
+        marked = labels(run(again, required_tags=["from-snapshot"]))
+        assert marked == (["hr-core"] if mode == "snapshot" else []), mode
+        assert labels(run(again, protocols=["grpc"])) == ["hr-lite"], mode
+        assert labels(run(again, constraints={"region": "apac"})) == ["hr-core"], mode
+        assert labels(run(again, constraints={"max_results_age_seconds": 3600})) == [
+            "hr-core",
+            "hr-lite",
+        ], mode
         again.audit.close()
         again.store.close()
 
