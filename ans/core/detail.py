@@ -57,14 +57,17 @@ MINIMAL_FIELDS = (
 REDACTABLE = ("manifest", "capabilities")
 
 
-def freshness_of(item: Mapping[str, Any], now: float) -> dict[str, Any] | None:
-    """The item's ``freshness`` with ``age_seconds`` (now - metadata updated_at)."""
+def freshness_of(item: Mapping[str, Any], now: float, with_age: bool) -> dict[str, Any] | None:
+    """The item's ``freshness``, with ``age_seconds`` (now - metadata
+    updated_at) when ``with_age``: only when the caller asked a freshness
+    constraint, so that an answer does not change from second to second
+    otherwise (the age is ``generated_at`` - ``updated_at``)."""
     fresh = item.get("freshness")
     if not isinstance(fresh, dict):
         return None
     out = dict(fresh)
     updated = epoch(fresh.get("updated_at"))
-    if updated is not None:
+    if with_age and updated is not None:
         out["age_seconds"] = max(0, round(now - updated))
     return out
 

@@ -250,7 +250,8 @@ class Discovery:
         """The profile's per-item fields, local or federated: freshness with
         its age, the cheap score components, ``redacted``."""
         p = req.params
-        fresh = freshness_of(item, now)
+        max_age = p.profile.max_results_age_seconds
+        fresh = freshness_of(item, now, with_age=max_age is not None)
         if fresh is not None:
             item["freshness"] = fresh
         boost = item.pop("preferred_tags_boost", None)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ans.governance.keys import SigningKey
+from ans.governance.profile_metadata import epoch
 from ans.governance.signing import RESULT_SIGNATURE_FIELD, signature_object
 from ans.protocol.jcs import canonicalize
 
@@ -55,12 +56,13 @@ _SAME = (
 )
 
 
-def candidate(item: Mapping[str, Any]) -> dict[str, Any]:
+def candidate(item: Mapping[str, Any], generated_at: str | None = None) -> dict[str, Any]:
     """One profile candidate: ``id`` (the profile id when the agent declared
     one, else its canonical id), ``name`` / ``description`` (declared, else the
     manifest's label and job description), ``score`` (the rank_score), then
     the fields the item carries (``bindings``, ``status``, evidence,
-    ``freshness`` with ``metadata_updated_at``, provenance, ...)."""
+    ``freshness`` with ``metadata_updated_at`` and ``age_seconds`` at
+    ``generated_at``, provenance, ...)."""
     out: dict[str, Any] = {"id": item.get("profile_id") or item["canonical_id"]}
     name = item.get("name", item.get("agent_label"))
     if name is not None:
@@ -78,6 +80,9 @@ def candidate(item: Mapping[str, Any]) -> dict[str, Any]:
         f = dict(fresh)
         if "updated_at" in f:
             f["metadata_updated_at"] = f.pop("updated_at")
+        updated, now = epoch(f.get("metadata_updated_at")), epoch(generated_at)
+        if "age_seconds" not in f and updated is not None and now is not None:
+            f["age_seconds"] = max(0, round(now - updated))  # at generated_at
         out["freshness"] = f
     return out
 
@@ -96,7 +101,7 @@ def profile_response(result: Mapping[str, Any], key: SigningKey | None = None) -
         "request_id": result["query_id"],
         "generated_at": result["generated_at"],
         "query_digest": result["query_digest"],
-        "candidates": [candidate(item) for item in result["results"]],
+        "candidates": [candidate(item, result["generated_at"]) for item in result["results"]],
         "total_matches": result.get("total_matches"),
         "detail": result.get("detail", "summary"),
         "applied_filters": result.get("applied_filters", {}),

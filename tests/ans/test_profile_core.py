@@ -295,7 +295,12 @@ def test_result_items_carry_the_profile_fields(world: dict[str, Any]) -> None:
     # bindings round trip: as declared (unknown fields kept), ordered by priority
     assert item["bindings"] == [HR_CORE_BINDINGS[1], HR_CORE_BINDINGS[0]]
     assert item["freshness"]["updated_at"] == iso(T0 - timedelta(seconds=100))
-    assert item["freshness"]["age_seconds"] == 100
+    assert "age_seconds" not in item["freshness"]  # only when a freshness constraint is asked
+    aged = run(
+        world["svc"], required_tags=["onboarding"], constraints={"max_results_age_seconds": 600}
+    )
+    assert aged["results"][0]["freshness"]["age_seconds"] == 100
+    assert candidate(item, aged["generated_at"])["freshness"]["age_seconds"] == 100
     assert item["freshness"]["indexed_at"] == iso(T0).replace("Z", "+00:00") or item["freshness"][
         "indexed_at"
     ].startswith("2026-11-21T12:00:00")
