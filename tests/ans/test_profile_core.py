@@ -718,3 +718,18 @@ def test_a_peer_entry_must_prove_it_passes_the_profile_filters() -> None:
     none = discover_req({}).params.profile
     assert item_filter_failure(expired, none, now) == "expired"
     assert item_filter_failure({}, none, now) is None
+
+
+def test_import_lines_take_the_metadata_as_activate_does(
+    make_manifest: Callable[..., dict[str, Any]], gov_key: SigningKey
+) -> None:
+    from ans.importer import verify_line
+
+    m = make_manifest("minimal-import")
+    line = orjson.dumps({"manifest": m, "metadata": D0, "capabilities": {"tags": ["facts"]}})
+    _, caps, _ = verify_line(line, TrustedKeys([gov_key.public]), 1 << 20)
+    assert caps == {**D0, "tags": ["facts"]}
+    bad = orjson.dumps({"manifest": m, "metadata": {**D0, "bindings": []}})
+    with pytest.raises(AgtpError) as info:
+        verify_line(bad, TrustedKeys([gov_key.public]), 1 << 20)
+    assert info.value.code == ErrorCode.INVALID_CAPABILITIES
