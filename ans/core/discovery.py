@@ -247,15 +247,32 @@ class Discovery:
         return item
 
     def _decorate(self, item: dict[str, Any], req: DiscoverRequest, now: float) -> None:
-        """The profile's per-item fields, local or federated: freshness with
-        its age, the cheap score components, ``redacted``."""
+        """The profile's per-item fields, local or federated. Every item keeps
+        ``bindings`` and ``status``; a request that speaks the profile
+        (``ProfileParams.used``) also gets ``freshness``, ``score_components``
+        (the cheap ones, with the evidence when asked), ``governed`` and
+        ``redacted``; ``tags`` / ``regions`` only when a tag / region filter
+        asks for them (what a federating ANS checks) or at ``full``. A legacy
+        DISCOVER answer stays as lean as it was."""
         p = req.params
-        max_age = p.profile.max_results_age_seconds
-        fresh = freshness_of(item, now, with_age=max_age is not None)
-        if fresh is not None:
-            item["freshness"] = fresh
+        prof = p.profile
+        full = prof.detail == "full"
+        if not (full or prof.required_tags or prof.excluded_tags or prof.preferred_tags):
+            item.pop("tags", None)
+        if not (full or prof.regions):
+            item.pop("regions", None)
         boost = item.pop("preferred_tags_boost", None)
-        if p.profile.preferred_tags and boost is None and "provenance" not in item:
+        if not prof.used:
+            item.pop("freshness", None)
+            if item.get("governed") is True:
+                del item["governed"]
+            if not p.include_evidence:
+                return
+        max_age = prof.max_results_age_seconds
+        fresh = freshness_of(item, now, with_age=max_age is not None)
+        if fresh is not None and prof.used:
+            item["freshness"] = fresh
+        if prof.preferred_tags and boost is None and "provenance" not in item:
             boost = 0.0
         cheap = score_components(
             item,
@@ -268,7 +285,8 @@ class Discovery:
         item["score_components"] = (
             {**evidence, **cheap} if isinstance(evidence, dict) and p.include_evidence else cheap
         )
-        item.setdefault("redacted", False)
+        if prof.used:
+            item.setdefault("redacted", False)
 
     def _gate_merged(
         self, merged: list[MergedResult], local_ids: set[str], limit: int

@@ -319,10 +319,25 @@ def test_result_items_carry_the_profile_fields(world: dict[str, Any]) -> None:
     )
 
 
+def test_a_legacy_discover_stays_lean_a_profile_one_gets_the_shape(world: dict[str, Any]) -> None:
+    svc = world["svc"]
+    legacy = run(svc, intent="translate contracts")["results"][0]
+    assert {"bindings", "status"} <= set(legacy)
+    assert not {"freshness", "tags", "governed", "redacted", "score_components"} & set(legacy)
+    shaped = run(svc, query="translate contracts")["results"][0]
+    assert {"bindings", "status", "freshness", "governed", "redacted", "score_components"} <= set(
+        shaped
+    )
+    assert "tags" not in shaped  # only with a tag filter (what a federating ANS checks)
+    assert "tags" in run(svc, query="translate contracts", excluded_tags=["x"])["results"][0]
+    evidence = run(svc, intent="translate contracts", include_evidence=True)["results"][0]
+    assert {"policy", "context", "capability"} <= set(evidence["score_components"])
+
+
 def test_preferred_tags_raise_the_evidence_not_the_trust(world: dict[str, Any]) -> None:
     svc = world["svc"]
     intent = "translate contracts from German to English"
-    plain = {i["agent_label"]: i for i in run(svc, intent=intent)["results"]}
+    plain = {i["agent_label"]: i for i in run(svc, query=intent)["results"]}
     pref = {
         i["agent_label"]: i
         for i in run(svc, intent=intent, preferred_tags=["certified"])["results"]
