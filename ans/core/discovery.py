@@ -247,13 +247,15 @@ class Discovery:
         return item
 
     def _decorate(self, item: dict[str, Any], req: DiscoverRequest, now: float) -> None:
-        """The profile's per-item fields, local or federated. Every item keeps
-        ``bindings`` and ``status``; a request that speaks the profile
+        """The profile's per-item fields, local or federated. An agent's
+        declared ``bindings`` and ``status`` are always shown; a request that
+        speaks the profile
         (``ProfileParams.used``) also gets ``freshness``, ``score_components``
         (the cheap ones, with the evidence when asked), ``governed`` and
         ``redacted``; ``tags`` / ``regions`` only when a tag / region filter
         asks for them (what a federating ANS checks) or at ``full``. A legacy
-        DISCOVER answer stays as lean as it was."""
+        DISCOVER answer about agents without profile metadata is byte for
+        byte what it was (the implicit AGTP binding and ``active`` left out)."""
         p = req.params
         prof = p.profile
         full = prof.detail == "full"
@@ -266,6 +268,10 @@ class Discovery:
             item.pop("freshness", None)
             if item.get("governed") is True:
                 del item["governed"]
+            if item.get("status") == "active":
+                del item["status"]
+            if item.get("bindings") == [{"protocol": "agtp", "endpoint": item.get("manifest_uri")}]:
+                del item["bindings"]  # the implicit one: its manifest_uri says it
             if not p.include_evidence:
                 return
         max_age = prof.max_results_age_seconds

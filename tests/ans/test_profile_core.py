@@ -322,8 +322,11 @@ def test_result_items_carry_the_profile_fields(world: dict[str, Any]) -> None:
 def test_a_legacy_discover_stays_lean_a_profile_one_gets_the_shape(world: dict[str, Any]) -> None:
     svc = world["svc"]
     legacy = run(svc, intent="translate contracts")["results"][0]
-    assert {"bindings", "status"} <= set(legacy)
+    assert legacy["bindings"]  # declared ones
     assert not {"freshness", "tags", "governed", "redacted", "score_components"} & set(legacy)
+    plain = run(svc, intent="summarize quarterly financial reports")["results"][0]
+    assert plain["agent_label"] == "plain-agent"
+    assert "bindings" not in plain and "status" not in plain  # implicit agtp, active
     shaped = run(svc, query="translate contracts")["results"][0]
     assert {"bindings", "status", "freshness", "governed", "redacted", "score_components"} <= set(
         shaped
