@@ -123,6 +123,12 @@ class Config:
     # an alternative must have to replace an unavailable preferred agent.
     min_equivalent_confidence: float = 0.2
     max_body_bytes: int = 256 * 1024
+    # [profile] (the efficient-discovery profile): fields removed from the
+    # detail=full documents ("manifest.<field>" / "capabilities.<field>"),
+    # and how much the request's preferred_tags may raise the capability
+    # evidence (share of the gap to 1.0 when every preferred tag is held).
+    profile_redact: tuple[str, ...] = ()
+    preferred_tag_boost: float = 0.15
     ranking: RankingWeights = field(default_factory=RankingWeights)
     # [federation] and [[federation.peers]]; --peer TIER@URL adds peers
     federation: FederationSettings = field(default_factory=FederationSettings)
@@ -197,6 +203,15 @@ class Config:
             raise ConfigError("request_log_per_second must be in (0, 1000000]")
         if not 0.0 <= self.min_equivalent_confidence <= 1.0:
             raise ConfigError("min_equivalent_confidence must be in [0, 1]")
+        if not 0.0 <= self.preferred_tag_boost <= 0.5:
+            raise ConfigError("[profile] preferred_tag_boost must be in [0, 0.5]")
+        for path in self.profile_redact:
+            section, _, name = path.partition(".")
+            if section not in ("manifest", "capabilities") or not name:
+                raise ConfigError(
+                    f"[profile] redact entries are 'manifest.<field>' or "
+                    f"'capabilities.<field>', not {path[:80]!r}"
+                )
         if (self.tls_certfile is None) != (self.tls_keyfile is None):
             raise ConfigError("tls_certfile and tls_keyfile go together")
         if not 0 <= self.max_connections_per_client <= 1_000_000:
@@ -278,6 +293,7 @@ FORWARDER_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[^\s]{1,500}")
 
 
 _SECTIONS = {
+    "profile": {"redact", "preferred_tag_boost"},
     "server": {
         "listen",
         "native_listen",
@@ -336,6 +352,7 @@ _SECTIONS = {
 # TOML keys whose Config field has another name.
 _RENAMED: dict[tuple[str, str], str] = {
     ("auth", "mode"): "auth_mode",
+    ("profile", "redact"): "profile_redact",
     ("auth", "forwarders"): "auth_forwarders",
     ("discovery", "part_weight"): "relevance_part_weight",
     ("discovery", "shortlist"): "relevance_shortlist",
@@ -358,6 +375,10 @@ def _coerce(name: str, value: Any, base: Path) -> Any:
     if name in ("restricted_zones", "public_zones"):
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{name} must be a list of zone ids")
+        return tuple(value)
+    if name == "profile_redact":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError("[profile] redact must be a list of field paths")
         return tuple(value)
     if name == "auth_forwarders":
         if not isinstance(value, list):

@@ -45,6 +45,7 @@ from .freshness_policy import (
     status_url,
 )
 from .outbox import Outbox, WebhookDelivery
+from .profile_metadata import is_self_asserted
 from .service import AnsService
 from .store import StoredAgent
 
@@ -130,6 +131,10 @@ class FreshnessRunner:
     async def _describe(self, cid: str, now: float, report: RoundReport) -> None:
         stored = self.service.store.get(cid)
         if stored is None or stored.lifecycle_state != "Active":
+            return
+        if is_self_asserted(stored.signer_kid):
+            # Never probed: its endpoints are a publisher's claim (no requests
+            # from this ANS to them); expires_at and re-announcing keep it fresh.
             return
         report.described.append(cid)
         try:
@@ -223,7 +228,11 @@ class FreshnessRunner:
     async def _status(self, cid: str, now: float, report: RoundReport) -> None:
         self.schedule.status_polled(cid, now)
         stored = self.service.store.get(cid)
-        if stored is None or stored.lifecycle_state != "Active":
+        if (
+            stored is None
+            or stored.lifecycle_state != "Active"
+            or is_self_asserted(stored.signer_kid)
+        ):
             return
         reason: str | None
         try:

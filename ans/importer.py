@@ -82,6 +82,11 @@ def verify_line(data: bytes, keys: TrustedKeys, max_bytes: int) -> tuple[Any, ..
     caps = params.get("capabilities", {})
     if not isinstance(caps, dict):
         raise InvalidParameter("capabilities", "must be a DESCRIBE Capability Document object")
+    metadata = params.get("metadata")  # the profile's agent metadata, as ACTIVATE takes it
+    if metadata is not None:
+        if not isinstance(metadata, dict):
+            raise InvalidParameter("capabilities", "metadata must be an agent metadata object")
+        caps = {**metadata, **caps}
     validate_capabilities(caps)
     verified = verify_manifest(manifest, keys)
     return verified.manifest, caps, verified.signer_kid

@@ -26,10 +26,17 @@ import numpy as np
 import numpy.typing as npt
 
 from ans.governance.policy import ZonePolicy, max_tier
+from ans.governance.profile_metadata import (
+    ProfileAttrs,
+    attrs_of,
+    bindings_of,
+    metadata_updated_at,
+)
 from ans.protocol.messages import DiscoverParams
 from ans.protocol.scope import AuthorityScope
 
 from .config import RankingWeights
+from .profile_columns import ProfileColumns, encode_attrs
 from .ranking import PRECISION, TIER_NORM, rank_score, sort_key
 from .store import IndexRow, StoredAgent, gate_columns
 
@@ -54,6 +61,9 @@ class AgentEntry:
     org_domain: str  # lowercased
     required_scope: str
     signer_kid: str = ""
+    # The efficient-discovery profile's filter attributes (tags, protocols,
+    # regions, expiry, metadata age); None: not known to this entry.
+    profile: ProfileAttrs | None = None
 
     @classmethod
     def from_stored(cls, agent: StoredAgent) -> AgentEntry:
@@ -67,6 +77,7 @@ class AgentEntry:
             org_domain=org,
             required_scope=required,
             signer_kid=agent.signer_kid,
+            profile=attrs_of(agent.manifest, agent.capabilities, agent.updated_at),
         )
 
     @classmethod
@@ -83,9 +94,22 @@ class AgentEntry:
         )
 
 
-def result_fields(manifest: Mapping[str, Any]) -> dict[str, Any]:
+def result_fields(
+    manifest: Mapping[str, Any],
+    capabilities: Mapping[str, Any] | None = None,
+    stored_at: str | None = None,
+) -> dict[str, Any]:
     """The per-agent part of a DISCOVER result item, from the verified manifest
-    (key order is part of the byte output)."""
+    and its capability document (key order is part of the byte output).
+
+    The efficient-discovery profile's fields: ``bindings`` (declared, else the
+    implicit AGTP one), ``status``, the normalized ``tags`` (so that a
+    federating ANS can check its hard filters), ``governed`` (False for a
+    self-asserted record), ``freshness`` (``indexed_at``: when ANS stored this
+    version; ``updated_at``: the metadata's own; ``expires_at`` when set; the
+    age is added per answer), and ``name`` / ``description`` / ``profile_id``
+    when the capability document declares them."""
+    caps = capabilities or {}
     fields = {
         "manifest_uri": manifest["manifest_uri"],
         "canonical_id": manifest["canonical_id"],
@@ -100,6 +124,23 @@ def result_fields(manifest: Mapping[str, Any]) -> dict[str, Any]:
     }
     if manifest["trust_tier"] == 2 and "trust_warning" in manifest:
         fields["trust_warning"] = manifest["trust_warning"]
+    for src, dst in (("id", "profile_id"), ("name", "name"), ("description", "description")):
+        if isinstance(caps.get(src), str) and caps[src] != fields.get(dst):
+            fields[dst] = caps[src]
+    fields["governed"] = manifest.get("governed") is not False
+    fields["status"] = caps.get("status", "active")
+    fields["bindings"] = bindings_of(manifest, caps)
+    attrs = attrs_of(manifest, caps, stored_at or "")
+    fields["tags"] = list(attrs.tags)
+    if attrs.regions:
+        fields["regions"] = list(attrs.regions)
+    freshness = {
+        "indexed_at": stored_at or str(manifest.get("activated_at", "")),
+        "updated_at": metadata_updated_at(manifest, caps, stored_at or ""),
+    }
+    if isinstance(caps.get("expires_at"), str):
+        freshness["expires_at"] = caps["expires_at"]
+    fields["freshness"] = freshness
     return fields
 
 
@@ -147,6 +188,9 @@ class Registry(Mapping[str, AgentEntry]):
         self._scope = np.zeros(0, dtype=np.int32)
         self._kid = np.zeros(0, dtype=np.int32)
         self._valid = np.zeros(0, dtype=bool)
+        # The profile's filter columns (ans.profile_columns): tags, protocols,
+        # regions as postings of slots; expiry and metadata update as epochs.
+        self.profiles = ProfileColumns()
         # per (zone, tier): how many agents could pass the gates at most
         self.gate_counts: Counter[tuple[str, int]] = Counter()
         self._score0_cache: dict[tuple[int, float], float] = {}
@@ -218,6 +262,7 @@ class Registry(Mapping[str, AgentEntry]):
         )
         self._zone, self._org = grow(self._zone), grow(self._org)
         self._scope, self._kid, self._valid = grow(self._scope), grow(self._kid), grow(self._valid)
+        self.profiles.grow(new)
 
     def _score0_of(self, tier: int, behavioral: float) -> float:
         key = (tier, behavioral)
@@ -264,6 +309,7 @@ class Registry(Mapping[str, AgentEntry]):
             cols[5].append(self._scopes.code(e.required_scope))
             cols[6].append(self._kids.code(e.signer_kid))
             self.gate_counts[(e.governance_zone, tier)] += 1
+            self.profiles.set(slot, e.profile if isinstance(e, AgentEntry) else None)
         self._tier[slots] = cols[0]
         self._behavioral[slots] = cols[1]
         self._score0[slots] = cols[2]
@@ -279,6 +325,7 @@ class Registry(Mapping[str, AgentEntry]):
             return False
         self.gate_counts[(self._zones.values[self._zone[slot]], int(self._tier[slot]))] -= 1
         self._valid[slot] = False
+        self.profiles.set(slot, None)
         self._ids[slot] = None
         self._free.append(slot)
         self._logged(canonical_id)
@@ -338,13 +385,43 @@ class Registry(Mapping[str, AgentEntry]):
         return self._entry(slot)
 
     # -- DISCOVER --------------------------------------------------------------------
+    def set_profile(self, canonical_id: str, attrs: ProfileAttrs) -> None:
+        """The profile attributes of an indexed agent (start-up fills them
+        after the registry rows; every other write comes with its entry)."""
+        slot = self._slot_of.get(canonical_id)
+        if slot is not None:
+            self.profiles.set(slot, attrs)
+
+    def profile_state(self) -> dict[str, list[Any]]:
+        """Every indexed agent's profile attributes, for a snapshot's meta."""
+        attrs = self.profiles.attrs
+        out = {}
+        for cid, slot in self._slot_of.items():
+            a = attrs(slot)
+            if a is not None:
+                out[cid] = encode_attrs(a)
+        return out
+
+    def profile_of(self, canonical_id: str) -> ProfileAttrs | None:
+        slot = self._slot_of.get(canonical_id)
+        return None if slot is None else self.profiles.attrs(slot)
+
     def gate_mask(
-        self, params: DiscoverParams, scope: AuthorityScope, zones: ZonePolicy
+        self,
+        params: DiscoverParams,
+        scope: AuthorityScope,
+        zones: ZonePolicy,
+        now: float | None = None,
     ) -> npt.NDArray[np.bool_]:
         """Which slots pass every hard gate: ans.governance.policy.first_failed_gate,
-        vectorized (lifecycle is implied: only Active agents are indexed)."""
+        vectorized (lifecycle is implied: only Active agents are indexed), then
+        the profile's: expiry (``now``, epoch seconds; never served once
+        expired), and the request's tag, protocol, region and age filters
+        (:meth:`ans.profile_columns.ProfileColumns.mask`)."""
         n = len(self._ids)
         mask: npt.NDArray[np.bool_] = self._valid[:n] & (self._tier[:n] <= max_tier(params))
+        if now is not None:
+            self.profiles.apply(mask, params.profile, now)
         if params.behavioral_trust_min is not None:
             mask &= self._behavioral[:n] >= params.behavioral_trust_min
         if params.governance_zone is not None:

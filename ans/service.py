@@ -32,6 +32,7 @@ from ans.protocol.messages import (
     ActivateRequest,
     DescribeRequest,
     DiscoverRequest,
+    Identity,
     LifecycleRequest,
     Limits,
 )
@@ -194,6 +195,20 @@ class AnsService:
         requester: Mapping[str, Any] | None = None,
     ) -> tuple[list[str], int, list[tuple[int, AgtpError]]]:
         return self.registrar.activate_many(verified, requester)
+
+    def admit_self_asserted(
+        self,
+        metadata: Any,
+        *,
+        source: str,
+        identity: Identity,
+        task_id: str | None = None,
+        zone: str | None = None,
+    ) -> dict[str, Any]:
+        """A self-asserted tier-3 record (:meth:`Registrar.admit_self_asserted`)."""
+        return self.registrar.admit_self_asserted(
+            metadata, source=source, identity=identity, task_id=task_id, zone=zone
+        )
 
     def lifecycle(self, req: LifecycleRequest) -> dict[str, Any]:
         return self.lifecycle_events.apply(req)

@@ -30,6 +30,7 @@ from ans.governance.policy import (
     first_failed_gate,
     max_tier,
 )
+from ans.governance.profile_metadata import item_filter_failure
 from ans.governance.signing import RESULT_SIGNATURE_FIELD, verify_document
 from ans.protocol import jsonstrict
 from ans.protocol.errors import AgtpError, UnknownSigningKey
@@ -227,6 +228,12 @@ def _candidate(
         return None
     if p.intent is not None and cms < expect.min_capability_match:
         answer.drop("below_capability_floor", cid[:16])
+        return None
+    # The profile's hard filters (tags, protocols, region, age) and expiry, on
+    # what the entry carries: one it cannot be checked on is not taken.
+    problem = item_filter_failure(raw, p.profile, expect.now.timestamp())
+    if problem is not None:
+        answer.drop("peer_profile_filter", f"{cid[:16]}: {problem}")
         return None
     tier = max(claimed, peer.tier)  # never better than the tier we grant the peer
     upstream = _upstream(raw.get("provenance"))

@@ -18,6 +18,7 @@ from ans.protocol.errors import AgentNotActive, ErrorCode, InvalidCapabilities, 
 from ans.protocol.messages import ORG_DOMAIN_RE, ZONE_RE
 from ans.protocol.scope import parse_token
 
+from .profile_metadata import validate_profile_fields
 from .signing import KeyLookup, verify_document
 
 MAX_TEXT = 4000
@@ -250,3 +251,4 @@ def validate_capabilities(caps: Mapping[str, Any]) -> None:
             if not _str(ex_id, 128) or ex_id in seen:
                 raise InvalidCapabilities(f"capabilities.examples[{i}].id must be a unique string")
             seen.add(ex_id)
+    validate_profile_fields(caps)  # the efficient-discovery profile's fields

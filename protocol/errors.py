@@ -109,6 +109,7 @@ class ErrorCode(StrEnum):
     AGENT_SUSPENDED = "agent_suspended"  # 409 on ACTIVATE (use REINSTATE); 503 on DESCRIBE
     GONE = "gone"
     AGENT_RETIRED = "agent_retired"  # Revoked/Deprecated canonical ids never come back
+    METADATA_EXPIRED = "metadata_expired"  # DESCRIBE of a record past its expires_at
 
     # 422: parameters and documents ---------------------------------------------
     UNPROCESSABLE = "unprocessable"

@@ -101,6 +101,10 @@ def parse_activate(headers: Mapping[str, str], body: bytes, limits: Limits) -> A
     env = parse_envelope("ACTIVATE", headers, body, limits)
     manifest = env.parameters.get("manifest")
     caps = env.parameters.get("capabilities", {})
+    # The efficient-discovery profile's agent metadata (draft-xu 4, a D0 object
+    # of 13.1): its fields become the capability document's (unknown ones
+    # kept); a field also in ``capabilities`` keeps the capabilities' value.
+    metadata = env.parameters.get("metadata")
     with answering(env.task_id):
         if not isinstance(manifest, dict):
             raise InvalidParameter(
@@ -108,6 +112,10 @@ def parse_activate(headers: Mapping[str, str], body: bytes, limits: Limits) -> A
             )
         if not isinstance(caps, dict):
             raise InvalidParameter("capabilities", "must be a DESCRIBE Capability Document object")
+        if metadata is not None:
+            if not isinstance(metadata, dict):
+                raise InvalidParameter("capabilities", "metadata must be an agent metadata object")
+            caps = {**metadata, **caps}
     return ActivateRequest(
         identity=identity, task_id=env.task_id, manifest=manifest, capabilities=caps
     )

@@ -61,6 +61,19 @@ KNOWN_PARAMETERS = frozenset(
         "name",  # name resolution (discovery-01 4): ans.core.names
     }
 )
+# The profile's own parameters: any of them makes the answer profile-shaped.
+PROFILE_PARAMETERS = frozenset(
+    {
+        "query",
+        "required_tags",
+        "excluded_tags",
+        "preferred_tags",
+        "protocols",
+        "constraints",
+        "detail",
+        "client_context",
+    }
+)
 # The parameters that remove agents: a misspelling of one is refused.
 HARD_FILTERS = (
     "capability_domains",
@@ -319,6 +332,7 @@ def parse_profile_params(p: Mapping[str, Any], max_intent_len: int) -> ProfilePa
         detail=parse_detail(p),
         client_context_digest=parse_client_context(p),
         unsupported_filters=tuple(sorted({*unknown, *unknown_constraints})),
+        used=bool(unknown) or any(k in p for k in PROFILE_PARAMETERS),
     )
 
 

@@ -82,6 +82,11 @@ class ProfileParams:
     detail: str = "summary"
     client_context_digest: str | None = None
     unsupported_filters: tuple[str, ...] = ()
+    # The request speaks the profile (any of its fields, or a name ANS does not
+    # know): the answer has the profile's full item shape. A surface that
+    # always wants it (the profile's JSON binding) sets it with
+    # dataclasses.replace.
+    used: bool = False
 
     @property
     def filters(self) -> bool:

@@ -16,6 +16,7 @@ from typing import Any
 from ans.governance.audit import rfc3339
 from ans.governance.lifecycle import SUSPENDED
 from ans.governance.policy import DISCOVERY_QUERY, require_scope
+from ans.governance.profile_metadata import epoch
 from ans.governance.signing import sign_document
 from ans.protocol.errors import ErrorCode, Gone, MissingHeader, NotFound, Unavailable
 from ans.protocol.jcs import canonicalize
@@ -68,6 +69,12 @@ class Describer:
         stored = ctx.store.get(cid)
         if stored is None or stored.lifecycle_state != "Active":
             raise NotFound(f"no Active agent {cid!r} in this ANS")
+        expires = epoch(stored.capabilities.get("expires_at"))
+        if expires is not None and expires <= ctx.clock().timestamp():  # never served once expired
+            raise Gone(
+                f"agent {cid[:80]} expired at {stored.capabilities['expires_at']}",
+                code=ErrorCode.METADATA_EXPIRED,
+            )
         return {"manifest": stored.manifest, "capabilities": stored.capabilities}
 
     def _describe_withdrawn(self, cid: str, state: str, scope: Any) -> None:

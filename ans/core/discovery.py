@@ -14,10 +14,11 @@ position follows the rules of :mod:`ans.core.alternatives`.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ans.federation.merge import MergedResult, merge, result_path
 from ans.federation.plan import Dispatched, Gathered
@@ -34,10 +35,12 @@ from ans.protocol.jcs import canonicalize
 from ans.protocol.messages import DiscoverRequest
 
 from ..matcher import profile_from
+from ..profile_columns import passes
 from ..ranking import rank_score
 from ..registry import AgentEntry
 from .alternatives import NOT_INDEXED, PreferredState, Routing, choose_alternative, routing_reason
 from .context import CoreContext
+from .detail import applied_filters, freshness_of, project, request_warnings, score_components
 from .live_index import LiveIndex
 
 # How long an early federated DISCOVER waits for its peer requests to go out
@@ -57,6 +60,8 @@ class LocalAnswer:
     # preferred_agent given: the decision, and whether ranked[0] is the routing position.
     routing: Routing | None = None
     pinned: bool = False
+    # preferred_tags given: the boost each ranked agent's evidence received.
+    boosts: dict[str, float] | None = None
 
 
 def _assignments(
@@ -145,22 +150,30 @@ class Discovery:
 
     def local(self, req: DiscoverRequest) -> LocalAnswer:
         """The gate-passing local matches, ranked (and routed when
-        ``preferred_agent`` is given)."""
+        ``preferred_agent`` is given). The profile's hard filters (tags,
+        protocols, region, age, expiry) are part of the gate mask, so the
+        relevance shortlist is taken among agents that pass them too."""
         p = req.params
         matched = None
         matcher = self.ctx.matcher
+        preferred = p.profile.preferred_tags
+        boost = None
         # Routing needs every gate-passing candidate; otherwise the best `limit`.
         limit = None if p.preferred_agent is not None else p.limit
+        now = self.ctx.clock().timestamp()
         # The match runs under the index lock, which every writer of the matcher
         # and the registry holds: the matcher's candidate slots then map to
         # registry slots through the registry's integer slot link, and ids
         # read later (evidence, routing) are still the candidates'.
         with self.index.lock:
             registry = self.index.registry
-            mask = registry.gate_mask(p, req.identity.scope, self.ctx.zones)
+            mask = registry.gate_mask(p, req.identity.scope, self.ctx.zones, now)
             if p.intent is None:  # every agent is a candidate, ranked on trust alone
                 slots = np.nonzero(mask)[0]
                 cms = None
+                if preferred:  # ... and on the evidence the preferred tags add
+                    boost = self._boost(slots, preferred)
+                    cms = boost
             else:
                 matched = matcher.query(
                     p.intent, p.capability_domains, evidence=p.include_evidence, lazy_ids=True
@@ -171,6 +184,10 @@ class Discovery:
                 keep = slots >= 0
                 keep[keep] = mask[slots[keep]]
                 slots, cms, fused = slots[keep], cms[keep], fused[keep]
+                if preferred:
+                    boost = self._boost(slots, preferred)
+                    cms = cms + boost * (1.0 - cms)
+                    fused = fused + boost * (1.0 - fused)
                 # The shortlist is taken among the agents every hard gate let
                 # through: relevance decides membership, trust the order.
                 short = self.ctx.relevance.shortlisted(cms, fused, p.limit)
@@ -181,9 +198,25 @@ class Discovery:
             ranked = [
                 (r.rank_score, r.capability_match_score, registry.entry_at(r.slot)) for r in top
             ]
+            boosts = None
+            if preferred:  # what each returned agent's evidence received
+                top_slots = np.array([r.slot for r in top], dtype=np.int64)
+                values = self._boost(top_slots, preferred).tolist()
+                boosts = {e.canonical_id: v for (_, _, e), v in zip(ranked, values, strict=True)}
         if p.preferred_agent is not None:
-            return self.route(req, ranked, matched)
-        return LocalAnswer(ranked, matched, len(slots))
+            answer = self.route(req, ranked, matched)
+            return replace(answer, boosts=boosts) if boosts is not None else answer
+        return LocalAnswer(ranked, matched, len(slots), boosts=boosts)
+
+    def _boost(
+        self, slots: npt.NDArray[np.int64], preferred: tuple[str, ...]
+    ) -> npt.NDArray[np.float64]:
+        """The capability-evidence boost of each slot from the request's
+        preferred tags: ``preferred_tag_boost`` x the share of them the agent
+        holds (caller holds the index lock). Never a trust term."""
+        return self.index.registry.profiles.share_of(slots, preferred) * (
+            self.ctx.config.preferred_tag_boost
+        )
 
     def _local_item(
         self,
@@ -192,7 +225,7 @@ class Discovery:
         cms: float,
         entry: AgentEntry,
         fields: dict[str, Any],
-        matched: Any,
+        local: LocalAnswer,
     ) -> dict[str, Any]:
         p = req.params
         item = {**fields, "capability_match_score": cms, "rank_score": score}
@@ -203,12 +236,63 @@ class Discovery:
         if p.scope_negotiate:
             item["required_scope"] = entry.required_scope
         if p.include_evidence:
+            matched = local.matched
             item.update(
                 matched.evidence(entry.canonical_id)
                 if matched is not None
                 else {"score_components": {}, "matched_tags": [], "matched_examples": []}
             )
+        if local.boosts is not None:
+            item["preferred_tags_boost"] = local.boosts.get(entry.canonical_id, 0.0)
         return item
+
+    def _decorate(self, item: dict[str, Any], req: DiscoverRequest, now: float) -> None:
+        """The profile's per-item fields, local or federated. An agent's
+        declared ``bindings`` and ``status`` are always shown; a request that
+        speaks the profile
+        (``ProfileParams.used``) also gets ``freshness``, ``score_components``
+        (the cheap ones, with the evidence when asked), ``governed`` and
+        ``redacted``; ``tags`` / ``regions`` only when a tag / region filter
+        asks for them (what a federating ANS checks) or at ``full``. A legacy
+        DISCOVER answer about agents without profile metadata is byte for
+        byte what it was (the implicit AGTP binding and ``active`` left out)."""
+        p = req.params
+        prof = p.profile
+        full = prof.detail == "full"
+        if not (full or prof.required_tags or prof.excluded_tags or prof.preferred_tags):
+            item.pop("tags", None)
+        if not (full or prof.regions):
+            item.pop("regions", None)
+        boost = item.pop("preferred_tags_boost", None)
+        if not prof.used:
+            item.pop("freshness", None)
+            if item.get("governed") is True:
+                del item["governed"]
+            if item.get("status") == "active":
+                del item["status"]
+            if item.get("bindings") == [{"protocol": "agtp", "endpoint": item.get("manifest_uri")}]:
+                del item["bindings"]  # the implicit one: its manifest_uri says it
+            if not p.include_evidence:
+                return
+        max_age = prof.max_results_age_seconds
+        fresh = freshness_of(item, now, with_age=max_age is not None)
+        if fresh is not None and prof.used:
+            item["freshness"] = fresh
+        if prof.preferred_tags and boost is None and "provenance" not in item:
+            boost = 0.0
+        cheap = score_components(
+            item,
+            p,
+            self.ctx.config.ranking,
+            boost,
+            fresh.get("age_seconds") if fresh is not None else None,
+        )
+        evidence = item.get("score_components")
+        item["score_components"] = (
+            {**evidence, **cheap} if isinstance(evidence, dict) and p.include_evidence else cheap
+        )
+        if prof.used:
+            item.setdefault("redacted", False)
 
     def _gate_merged(
         self, merged: list[MergedResult], local_ids: set[str], limit: int
@@ -239,7 +323,7 @@ class Discovery:
             MergedResult(
                 score,
                 entry.canonical_id,
-                self._local_item(req, score, cms, entry, fields[entry.canonical_id], local.matched),
+                self._local_item(req, score, cms, entry, fields[entry.canonical_id], local),
             )
             for score, cms, entry in best
             if entry.canonical_id in fields  # deleted meanwhile: skipped
@@ -272,11 +356,15 @@ class Discovery:
                 merged = self._gate_merged(merged, {r.canonical_id for r in top}, p.limit)
             total += len(merged) - (len(top) - len(pinned))
             chosen = [*pinned, *merged[: p.limit - len(pinned)]]
+        now = ctx.clock().timestamp()
         results = []
         for i, r in enumerate(chosen, start=1):
             item = {"rank": i, **r.item}
             item["rank_score"] = r.rank_score
+            self._decorate(item, req, now)
             results.append(item)
+        warnings = request_warnings(p)
+        results = self._project(req, results, warnings)
         result: dict[str, Any] = {
             "query_id": f"qry-{ctx.new_id()}",
             "total_matches": total,
@@ -285,16 +373,61 @@ class Discovery:
             "generated_at": rfc3339(ctx.clock()),
             "query_digest": req.query_digest,
             "ranking": weights.name,
+            "detail": p.profile.detail,
+            "applied_filters": applied_filters(p),
+            "unsupported_filters": list(p.profile.unsupported_filters),
         }
         if p.intent is not None:  # what counted as a match, so a caller sees why one is absent
             result["relevance"] = ctx.relevance.describe(p.limit)
         if gathered is not None:
             result["federation_path"] = result_path(ctx.key.kid, chosen)
-            result["warnings"] = gathered.warnings
+            warnings = [*gathered.warnings, *warnings]
+        if gathered is not None or warnings:
+            result["warnings"] = warnings
         if local.routing is not None:
             result["routing"] = local.routing.summary()
         result[RESULT_SIGNATURE_FIELD] = signature_object(canonicalize(result), ctx.key)
         return result
+
+    def _project(
+        self, req: DiscoverRequest, results: list[dict[str, Any]], warnings: list[dict[str, str]]
+    ) -> list[dict[str, Any]]:
+        """The items at the request's ``detail`` (ans.core.detail.project);
+        ``full`` reads the returned local agents' documents from the store."""
+        detail = req.params.profile.detail
+        if detail == "summary":
+            return results
+        stored: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+        if detail == "full":
+            local_ids = [r["canonical_id"] for r in results if "provenance" not in r]
+            got = self.ctx.store.get_many(local_ids)
+            stored = {cid: (a.manifest, a.capabilities) for cid, a in got.items()}
+        out, missing, redacted = [], 0, False
+        redact = self.ctx.config.profile_redact
+        for item in results:
+            docs = stored.get(item["canonical_id"]) if "provenance" not in item else None
+            projected, lacked = project(item, detail, redact, docs)
+            missing += lacked
+            redacted = redacted or bool(projected.get("redacted"))
+            out.append(projected)
+        if missing:
+            warnings.append(
+                {
+                    "code": "full_detail_unavailable",
+                    "message": f"{missing} federated result(s) carry the peer's summary: "
+                    "their full documents are held by the ANS named in provenance",
+                }
+            )
+        if redacted:
+            warnings.append(
+                {
+                    "code": "redacted",
+                    "message": "fields were removed by this ANS's redaction policy "
+                    "(each result's redacted_fields); a redacted manifest no longer "
+                    "verifies against its governance signature",
+                }
+            )
+        return out
 
     # -- routing alternatives (discovery draft 6.1; rules in ans.core.alternatives) ----------------
     def route(self, req: DiscoverRequest, ranked: list[LocalRanked], matched: Any) -> LocalAnswer:
@@ -313,6 +446,7 @@ class Discovery:
         stored = ctx.store.get(cid)
         with self.index.lock:
             entry = self.index.registry.get(cid)
+            profile = self.index.registry.profile_of(cid)
             unavailable = dict(self.index.unavailable)
         zone = (
             entry.governance_zone
@@ -327,7 +461,8 @@ class Discovery:
             indexed=entry is not None,
             unavailable=unavailable.get(cid),
             passes_gates=entry is not None
-            and first_failed_gate(entry, p, scope, ctx.zones) is None,
+            and first_failed_gate(entry, p, scope, ctx.zones) is None
+            and passes(profile, p.profile, ctx.clock().timestamp()),
             stored_state=stored.lifecycle_state if stored is not None else None,
         )
         reason = routing_reason(state)

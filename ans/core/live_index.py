@@ -143,7 +143,10 @@ class LiveIndex:
                     out[cid] = hit
         if missing:
             stored = self.store.get_many(missing)
-            fresh = {cid: result_fields(a.manifest) for cid, a in stored.items()}
+            fresh = {
+                cid: result_fields(a.manifest, a.capabilities, a.updated_at)
+                for cid, a in stored.items()
+            }
             out.update(fresh)
             with self.lock:
                 if gen == self._fields_gen:  # nothing re-indexed while we read

@@ -18,8 +18,11 @@ from typing import Any
 import structlog
 
 from ans.governance.audit import rfc3339
+from ans.governance.profile_metadata import attrs_of
 
 from ..matcher import profile_from
+from ..profile_columns import decode_attrs
+from ..profile_metadata import SELF_ASSERTED_KID
 from ..store import StoredAgent
 from .context import CoreContext
 from .live_index import LiveIndex
@@ -60,7 +63,10 @@ class IndexLoader:
         for rows in batches(store.iter_index_rows(), 65536):
             trusted = []
             for row in rows:
-                if self.ctx.governance_keys.get(row.signer_kid) is None:
+                if (
+                    self.ctx.governance_keys.get(row.signer_kid) is None
+                    and row.signer_kid != SELF_ASSERTED_KID  # signed by no key at all
+                ):
                     self._deindexed(row.canonical_id, row.signer_kid)
                     skipped += 1
                 else:
@@ -79,6 +85,7 @@ class IndexLoader:
                     if a.canonical_id not in registry:
                         matcher.remove(a.canonical_id)
                 self.embed_and_upsert(fresh)
+                self.set_profiles(fresh)  # newer than the snapshot's columns
                 embedded += len(fresh)
             t2 = time.perf_counter()
             indexed = set(matcher.ids())
@@ -88,16 +95,26 @@ class IndexLoader:
             missing = [cid for cid in registry if cid not in indexed]
             for chunk in batches(missing, INDEX_BATCH):
                 found = store.get_many(chunk)
-                self.embed_and_upsert([found[c] for c in chunk if c in found])
+                got = [found[c] for c in chunk if c in found]
+                self.embed_and_upsert(got)
+                self.set_profiles(got)
                 embedded += len(chunk)
+            # The profile's filter columns: from the snapshot's meta (written
+            # with it), the changed agents recomputed above; an older snapshot
+            # without them: one pass over the stored documents.
+            tp = time.perf_counter()
+            self.restore_profiles(snapshot.get("profile_columns"))
+            profile_s = time.perf_counter() - tp
             self.loaded_from = "snapshot"
             self._snapshot_seq = seq if delta == 0 and dropped == 0 and not missing else None
         else:
             t2 = t1
+            profile_s = 0.0  # inside index_s: done as each batch is embedded
             for agents in batches(
                 (a for a in store.iter_active() if a.canonical_id in registry), INDEX_BATCH
             ):
                 self.embed_and_upsert(agents)
+                self.set_profiles(agents)
                 embedded += len(agents)
             self.loaded_from = "rebuild"
         t3 = time.perf_counter()
@@ -111,6 +128,7 @@ class IndexLoader:
             "registry_s": round(t1 - t0, 3),
             "delta_s": round(t2 - t1, 3),
             "index_s": round(t3 - t2, 3),
+            "profile_s": round(profile_s, 3),
             "total_s": round(t3 - t0, 3),
         }
         log.info("cold start", **self.stats)
@@ -128,6 +146,36 @@ class IndexLoader:
             canonical_id=canonical_id,
             signer_kid=signer_kid,
         )
+
+    def restore_profiles(self, saved: Any) -> None:
+        """Profile attributes from a snapshot's meta, then the stored
+        documents of every indexed agent they do not cover (all of them when
+        the snapshot has none)."""
+        registry = self.index.registry
+        if isinstance(saved, dict):
+            with self.index.lock:
+                for cid, raw in saved.items():
+                    attrs = decode_attrs(raw)
+                    if attrs is not None and registry.profile_of(cid) is None:
+                        registry.set_profile(cid, attrs)
+        with self.index.lock:
+            missing = [cid for cid in registry if registry.profile_of(cid) is None]
+        if len(missing) > len(registry) // 2:  # cheaper as one scan
+            for agents in batches(self.ctx.store.iter_active(), INDEX_BATCH):
+                self.set_profiles(agents)
+            return
+        for chunk in batches(missing, INDEX_BATCH):
+            self.set_profiles(list(self.ctx.store.get_many(chunk).values()))
+
+    def set_profiles(self, agents: Sequence[StoredAgent]) -> None:
+        """The profile's filter attributes (tags, protocols, regions, expiry,
+        metadata age) of stored agents already in the registry."""
+        attrs = [
+            (a.canonical_id, attrs_of(a.manifest, a.capabilities, a.updated_at)) for a in agents
+        ]
+        with self.index.lock:
+            for cid, at in attrs:
+                self.index.registry.set_profile(cid, at)
 
     def embed_and_upsert(self, agents: Sequence[StoredAgent]) -> None:
         """Embed a batch of stored agents (outside any lock) and put them in the
@@ -156,6 +204,8 @@ class IndexLoader:
                     "count": len(self.ctx.matcher),
                     "signer_kids": index.registry.signer_kids(),
                     "written_at": rfc3339(self.ctx.clock()),
+                    # the profile's filter attributes (ans.profile_columns)
+                    "profile_columns": index.registry.profile_state(),
                 }
                 self.ctx.matcher.save(directory, meta)
             self._snapshot_seq = seq

@@ -24,6 +24,7 @@ from ans.governance.lifecycle import (
 )
 from ans.governance.manifest import validate_capabilities, verify_manifest
 from ans.governance.policy import DISCOVERY_REGISTER, requester_fields, require_scope
+from ans.governance.profile_metadata import epoch
 from ans.protocol.errors import (
     AgtpError,
     Conflict,
@@ -32,16 +33,34 @@ from ans.protocol.errors import (
     SignatureInvalid,
     UnknownSigningKey,
 )
-from ans.protocol.messages import ActivateRequest
+from ans.protocol.messages import ActivateRequest, Identity
 
 from ..audited import publish, require_writable
 from ..matcher import profile_from
+from ..profile_metadata import (
+    SELF_ASSERTED_KID,
+    check_metadata,
+    is_self_asserted,
+    owner_of,
+    self_asserted_manifest,
+)
 from ..registry import AgentEntry
 from ..store import StoredAgent, Tombstone
 from .context import CoreContext
 from .live_index import LiveIndex
 
 log = structlog.get_logger("ans")
+
+
+def check_not_expired(caps: Mapping[str, Any], now: float) -> None:
+    """A capability document whose ``expires_at`` has passed is refused (409
+    ``stale_metadata``): it would never be served."""
+    expires = epoch(caps.get("expires_at"))
+    if expires is not None and expires <= now:
+        raise Conflict(
+            f"expires_at {str(caps['expires_at'])[:40]} has passed; refresh the metadata",
+            code=ErrorCode.STALE_METADATA,
+        )
 
 
 def check_admissible(
@@ -69,6 +88,8 @@ def check_admissible(
             f"agent {cid[:80]} is Suspended; the governance platform must REINSTATE it",
             code=ErrorCode.AGENT_SUSPENDED,
         )
+    if is_self_asserted(previous.signer_kid):
+        return False  # a governance ACTIVATE turns a self-asserted record into a governed one
     same = check_manifest_freshness(manifest, previous.manifest)
     return same and previous.capabilities == caps and previous.lifecycle_state == ACTIVE and indexed
 
@@ -122,6 +143,7 @@ class Registrar:
             raise
         manifest = verified.manifest
         check_manifest_time(manifest, ctx.clock(), self.max_skew())
+        check_not_expired(req.capabilities, ctx.clock().timestamp())
         cid = manifest["canonical_id"]
         # Checked once outside the lock so that a refused or unchanged
         # registration is never embedded, and again under it (state may move).
@@ -184,6 +206,142 @@ class Registrar:
             "updated_at": stored.updated_at,
         }
 
+    # -- self-asserted records (DESIGN.md "Self-asserted records") --------------------
+    def admit_self_asserted(
+        self,
+        metadata: Any,
+        *,
+        source: str,
+        identity: Identity,
+        task_id: str | None = None,
+        zone: str | None = None,
+    ) -> dict[str, Any]:
+        """Admit a profile metadata object (section 4.1: ``id``, ``name``,
+        ``description``, ``bindings`` required; unknown fields kept) as a
+        self-asserted record: tier 3, behavioral 0.0, ``"governed": false``.
+
+        For surfaces an operator has enabled (the profile's PUT, HAIDIP,
+        MCP); ``source`` names the surface, ``identity`` the requester (its
+        Principal-ID owns the record), ``zone`` the governance zone it is
+        indexed in (default ``zone:public``). Requires ``discovery:register``
+        (451). 409 ``conflict`` when the id is a governed record (announcing
+        never replaces or upgrades one) or is owned by another principal; 409
+        ``stale_metadata`` for metadata older than the stored (``updated_at``)
+        or already expired; 410 for a retired id; 422 for malformed metadata.
+        Same content again is idempotent (``unchanged``)."""
+        audit = self.ctx.audit
+        require_scope(identity, DISCOVERY_REGISTER, method=source, task_id=task_id, audit=audit)
+        try:
+            return self._admit_self_asserted(metadata, source, identity, task_id, zone)
+        except AgtpError as exc:
+            audit.record(
+                "self_asserted_refused",
+                status=exc.status,
+                code=exc.code,
+                **requester_fields(identity, source, task_id),
+                source=source,
+                profile_id=str(metadata.get("id") if isinstance(metadata, dict) else "")[:256],
+                reason=exc.message,
+            )
+            raise
+
+    def _admit_self_asserted(
+        self,
+        metadata: Any,
+        source: str,
+        identity: Identity,
+        task_id: str | None,
+        zone: str | None,
+    ) -> dict[str, Any]:
+        ctx = self.ctx
+        caps = check_metadata(metadata)
+        check_not_expired(caps, ctx.clock().timestamp())
+        owner = identity.principal_id
+        now = rfc3339(ctx.clock())
+        manifest = self_asserted_manifest(caps, source=source, owner=owner, zone=zone, now=now)
+        cid = manifest["canonical_id"]
+        profile = profile_from(manifest, caps)
+        vectors = ctx.matcher.embed_profile(profile)
+        with self.index.write_lock:
+            tomb = ctx.store.tombstone(cid)
+            previous = ctx.store.get(cid) if tomb is None else None
+            check_admissible(cid, manifest, caps, None, tomb, False)  # 410 for a retired id
+            unchanged = self._check_self_asserted(cid, caps, owner, previous)
+            if unchanged:
+                assert previous is not None
+                stored = previous
+            else:
+                if previous is not None:  # the first admission's time stays
+                    manifest["activated_at"] = previous.manifest.get("activated_at", now)
+                require_writable(ctx.audit)
+                stored = StoredAgent(
+                    canonical_id=cid,
+                    manifest=manifest,
+                    capabilities=caps,
+                    lifecycle_state=ACTIVE,
+                    signer_kid=SELF_ASSERTED_KID,
+                    registered_at=previous.registered_at if previous else now,
+                    updated_at=now,
+                )
+                entry = ctx.audit.entry(
+                    "self_asserted_admission",
+                    status=200,
+                    **requester_fields(identity, source, task_id),
+                    canonical_id=cid,
+                    profile_id=str(caps["id"])[:512],
+                    source=source,
+                    trust_tier=3,
+                    governance_zone=manifest["governance_zone"],
+                    replaced=previous is not None,
+                )
+                ref = ctx.store.upsert(stored, entry)
+                publish(ctx.store, ctx.audit, ref, entry)
+                with self.index.lock:
+                    ctx.matcher.upsert(profile, vectors)
+                    self.index.put(AgentEntry.from_stored(stored))
+        log.info(
+            "self-asserted agent admitted", canonical_id=cid, source=source, unchanged=unchanged
+        )
+        return {
+            "canonical_id": cid,
+            "id": caps["id"],
+            "lifecycle_state": ACTIVE,
+            "governed": False,
+            "trust_tier": 3,
+            "indexed": True,
+            "unchanged": unchanged,
+            "registered_at": stored.registered_at,
+            "updated_at": stored.updated_at,
+        }
+
+    def _check_self_asserted(
+        self, cid: str, caps: Mapping[str, Any], owner: str, previous: StoredAgent | None
+    ) -> bool:
+        """Whether a self-asserted update changes nothing; raises on conflicts."""
+        if previous is None:
+            return False
+        if not is_self_asserted(previous.signer_kid):
+            raise Conflict(
+                f"agent {cid[:80]} is a governed record; a self-asserted record cannot replace it",
+                code=ErrorCode.CONFLICT,
+            )
+        if owner_of(previous.manifest) != owner:
+            raise Conflict(
+                f"agent {cid[:80]} is owned by another principal", code=ErrorCode.CONFLICT
+            )
+        if previous.lifecycle_state == SUSPENDED:
+            raise Conflict(f"agent {cid[:80]} is Suspended", code=ErrorCode.AGENT_SUSPENDED)
+        if previous.capabilities == caps:
+            return previous.lifecycle_state == ACTIVE and cid in self.index.registry
+        new, old = epoch(caps.get("updated_at")), epoch(previous.capabilities.get("updated_at"))
+        if new is not None and old is not None and new < old:
+            raise Conflict(
+                f"updated_at {caps['updated_at']} is older than the stored "
+                f"{previous.capabilities['updated_at']}",
+                code=ErrorCode.STALE_METADATA,
+            )
+        return False
+
     # -- bulk ACTIVATE (ans import) -----------------------------------------------------
     def activate_many(
         self,
@@ -215,6 +373,7 @@ class Registrar:
                 cid = manifest["canonical_id"]
                 try:
                     check_manifest_time(manifest, at, self.max_skew())
+                    check_not_expired(caps, at.timestamp())
                     prev = pending.get(cid) or previous.get(cid)
                     # Tombstoned ids are among the withdrawn (no store read per line).
                     withdrawn = index.withdrawn.get(cid)

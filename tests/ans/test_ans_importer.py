@@ -88,9 +88,14 @@ def discover(svc: AnsService, scope: str = "discovery:query", **params: Any) -> 
 
 
 def comparable(result: dict[str, Any]) -> dict[str, Any]:
-    return {
+    out = {
         k: v for k, v in result.items() if k not in ("query_id", "generated_at", "ans_signature")
     }
+    # when each server stored the agent (freshness.indexed_at, and the age) differs
+    out["results"] = [
+        {k: v for k, v in item.items() if k != "freshness"} for item in out["results"]
+    ]
+    return out
 
 
 def audit_records(data: Path) -> list[dict[str, Any]]:

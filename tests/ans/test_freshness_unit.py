@@ -712,3 +712,29 @@ def test_stopping_mid_round_leaves_no_coroutine_unawaited(make_world: Any) -> No
         asyncio.run(cancelled_round())
         gc.collect()
     assert not [c for c in caught if "never awaited" in str(c.message)]
+
+
+def test_self_asserted_records_are_never_probed(make_world: Any) -> None:
+    """A self-asserted record's endpoints are a publisher's claim: the runner
+    sends nothing to them (no requests from this ANS on an untrusted say-so)
+    and never removes it; its expires_at keeps it fresh instead."""
+    from ans.protocol.messages import Identity
+    from ans.protocol.scope import parse_authority_scope
+
+    w = make_world()
+    w.activate("steady")
+    w.agents.on("DESCRIBE", w.url("steady"), describe_ok(TRANSLATION))
+    publisher = Identity("agtp://p.example/agents/p", "pub", parse_authority_scope("discovery:register"))
+    metadata = {
+        "id": "https://attacker.example/agents/claimed",
+        "name": "Claimed",
+        "description": "Translates documents.",
+        "bindings": [{"protocol": "https", "endpoint": "https://10.0.0.1/internal"}],
+    }
+    cid = w.svc.admit_self_asserted(metadata, source="profile", identity=publisher)["canonical_id"]
+    for k in (0, 2, 3, 4, 5):
+        report = w.round(k)
+        assert cid not in report.described and cid not in report.failed
+    assert cid in w.svc.indexed_ids()
+    assert all("attacker" not in url and "10.0.0.1" not in url for _, url, _, _ in w.agents.calls)
+    assert w.agents.count("DESCRIBE", w.url("steady")) >= 1
