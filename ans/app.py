@@ -3,7 +3,9 @@
 Routes an AGTP method (``DISCOVER``, ``DESCRIBE``, ``ACTIVATE``,
 ``LIFECYCLE``; as ``:method DISCOVER`` on any path, or ``POST /agtp``
 with ``AGTP-Method``) to :class:`AnsService`, plus ``GET
-/.well-known/jwks.json`` and ``GET /healthz``. Background tasks (the
+/.well-known/jwks.json`` and ``GET /healthz``; requests under the profile's
+base path (``/discovery/v1`` by default) go to its JSON binding
+(:mod:`ans.surfaces.profile`). Background tasks (the
 freshness scheduler) start and stop with the ASGI lifespan. Every failure becomes a typed
 AGTP error body; unexpected exceptions become a 500 with no traceback on the
 wire (the traceback goes to the operational log).
@@ -23,6 +25,7 @@ import structlog
 from ans.governance.audit import rfc3339
 from ans.protocol.binding import (
     POST_ENDPOINT,
+    HTTP_METHODS,
     agtp_method,
     header_map,
     refused_headers_task_id,
@@ -58,6 +61,7 @@ from .newer_surface import NewerSurface
 from .refusals import SIGNED_METHODS, refusal_object, sign_refusal
 from .request_log import NOTE, RequestLog, RequestLogSettings, note
 from .service import AnsService
+from .surfaces.profile import ProfileSurface
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -119,6 +123,13 @@ class AnsApp:
         self.server_agent_id = service.config.agent_id
         self._jwks_body = orjson.dumps(service.jwks())
         self.newer = NewerSurface(service, self.gate)
+        # The efficient-discovery profile's JSON binding ([profile]), same gate.
+        settings = service.config.profile
+        self.profile = (
+            ProfileSurface(service, self.gate, settings, self._read_body, cpu_clock)
+            if settings.enabled
+            else None
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -151,6 +162,13 @@ class AnsApp:
     async def _http_request(
         self, scope: Scope, receive: Receive, send: Send, address: str | None
     ) -> None:
+        if (
+            self.profile is not None
+            and scope["method"] in HTTP_METHODS  # `:method DISCOVER` stays AGTP on any path
+            and self.profile.owns(scope["path"])
+        ):
+            await self.profile.handle(scope, receive, send)
+            return
         task_id: str | None = None
         method: str | None = None
         try:

@@ -44,6 +44,30 @@ class RankingWeights:
     capability_match: float = 0.3
 
 
+PROFILE_PATH_RE = re.compile(r"(?:/[A-Za-z0-9._~-]+){1,8}")
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileSettings:
+    """[profile]: the efficient-discovery profile's JSON binding (D2):
+    ``POST {base_path}/discover``, ``GET``/``PUT {base_path}/agents/{id}``.
+    ``self_registration`` admits self-asserted tier-3 records through PUT."""
+
+    enabled: bool = True
+    base_path: str = "/discovery/v1"
+    self_registration: bool = False
+
+    def problems(self) -> list[str]:
+        if PROFILE_PATH_RE.fullmatch(self.base_path) is None:
+            return [
+                "base_path must be an absolute path such as /discovery/v1 "
+                "(1 to 8 segments of A-Z a-z 0-9 . _ ~ -, no trailing slash)"
+            ]
+        if self.base_path.split("/")[1] in ("agtp", ".well-known", "healthz"):
+            return [f"base_path {self.base_path!r} would hide an ANS route"]
+        return []
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     # [server]
@@ -135,6 +159,8 @@ class Config:
     peers: tuple[Peer, ...] = ()
     # [freshness]: refresh scheduler, availability polling, governance webhook
     freshness: FreshnessSettings = field(default_factory=FreshnessSettings)
+    # [profile]: the efficient-discovery profile's JSON binding
+    profile: ProfileSettings = field(default_factory=ProfileSettings)
     # [logging]
     log_level: str = "info"
     log_format: str = "console"
@@ -243,6 +269,9 @@ class Config:
         if self.unlisted_zones not in ("public", "restricted"):
             raise ConfigError('[zones] unlisted must be "public" or "restricted"')
         self._validate_auth()
+        problems = self.profile.problems()
+        if problems:
+            raise ConfigError(f"[profile]: {problems[0]}")
         return self
 
     @property
@@ -456,6 +485,9 @@ def load_with_origin(
             if section == "index":
                 values["index"] = _index(body)
                 continue
+            if section == "profile":
+                values["profile"] = _profile(body)
+                continue
             if section == "ranking":
                 try:
                     values["ranking"] = RankingWeights(**body)
@@ -533,6 +565,18 @@ def _rate_limit(body: Any) -> RateLimitSettings:
                 raise ConfigError(f"[rate_limit] {key} has the wrong type") from None
         values[key] = value
     return replace(defaults, **values)
+
+
+def _profile(body: Any) -> ProfileSettings:
+    if not isinstance(body, dict):
+        raise ConfigError("[profile] must be a table")
+    defaults = ProfileSettings()
+    for key, value in body.items():
+        if key not in {f.name for f in fields(ProfileSettings)}:
+            raise ConfigError(f"unknown key {key!r} in [profile]")
+        if not isinstance(value, type(getattr(defaults, key))):
+            raise ConfigError(f"[profile] {key} has the wrong type")
+    return replace(defaults, **body)
 
 
 _INDEX_BOUNDS = {

@@ -1,0 +1,368 @@
+"""The efficient-discovery profile's JSON binding (draft-xu, level D2):
+
+* ``POST {base}/discover`` — a profile Discovery Request object in, a signed
+  Discovery Response out (``request_id``, ``candidates``, ``applied_filters``,
+  ``unsupported_filters``, ``warnings``, ``generated_at``, ``ans_signature``);
+* ``GET {base}/agents/{id}`` — one agent as a profile candidate object, signed;
+* ``PUT {base}/agents/{id}`` — self-registration of a profile metadata object
+  as a self-asserted tier-3 record, only when ``[profile] self_registration``
+  is on (else 404 ``not_found``).
+
+A translation of messages, never a second policy: the same gate as AGTP
+(client-address limit before parsing, then authentication and the Agent-ID
+limit, :class:`~ans.gate.RequestGate`), the core's scope and zone checks and
+audit records, the core's discovery and registrar. Failures use the
+profile's error model (:mod:`.profile_errors`); a discover refusal is signed
+as an AGTP DISCOVER refusal is. Nothing here raises to the ASGI server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import structlog
+
+from ans.governance.audit import rfc3339
+from ans.governance.policy import DISCOVERY_REGISTER, requester_fields, require_scope
+from ans.protocol import jsonstrict
+from ans.protocol.binding import header_map
+from ans.protocol.errors import (
+    AgtpError,
+    BadRequest,
+    ErrorCode,
+    InvalidBody,
+    NotFound,
+    ServerError,
+    UnsupportedContentType,
+)
+from ans.protocol.messages import (
+    DescribeRequest,
+    DiscoverRequest,
+    Identity,
+    answering,
+    parse_discover_params,
+    parse_identity,
+    query_digest,
+    task_id_hint,
+)
+
+from ..config import ProfileSettings
+from ..gate import REFUSED_AFTER_PARSING, Credentials, RequestGate
+from ..service import AnsService
+from .profile_errors import profile_error
+from .profile_render import (
+    discover_parameters,
+    discovery_response,
+    signed_document,
+    signed_error,
+)
+
+log = structlog.get_logger("ans.profile")
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ReadBody = Callable[[Receive, dict[str, str]], Awaitable[bytes]]
+
+JSON_TYPES = frozenset({"application/json"})
+MAX_AGENT_ID_CHARS = 512
+# The gate's method names for the three routes: its per-Agent-ID limit and
+# the audit records name them (a profile discover counts as a DISCOVER).
+DISCOVER, GET, REGISTER = "DISCOVER", "DESCRIBE", "REGISTER"
+
+
+@dataclass(frozen=True, slots=True)
+class Asking:
+    """A GET or PUT as the gate sees it: who asks, under which correlation id."""
+
+    identity: Identity
+    task_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    name: str  # "discover" | "get" | "put"
+    gate_method: str
+    agent_id: str | None = None
+
+    @property
+    def signed(self) -> bool:
+        return self.name == "discover"
+
+
+class ProfileSurface:
+    def __init__(
+        self,
+        service: AnsService,
+        gate: RequestGate,
+        settings: ProfileSettings,
+        read_body: ReadBody,
+        cpu_clock: Callable[[], float] = time.thread_time,
+        new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+    ) -> None:
+        self.service = service
+        self.gate = gate
+        self.settings = settings
+        self.base = settings.base_path
+        self.read_body = read_body
+        self.cpu_clock = cpu_clock
+        self.new_id = new_id
+
+    def owns(self, path: str) -> bool:
+        return path == self.base or path.startswith(self.base + "/")
+
+    # -- the ASGI side ---------------------------------------------------------------
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer one HTTP request under the base path; never raises."""
+        client = scope.get("client")
+        address = str(client[0]) if client else None
+        correlation = f"req-{self.new_id()}"
+        route: Route | None = None
+        try:
+            headers = header_map(scope["headers"])
+            correlation = task_id_hint(headers) or correlation
+            route = self.route(str(scope["method"]).upper(), str(scope["path"]))
+            body = await self.read_body(receive, headers)
+            creds = Credentials.from_request(
+                headers, scope.get("extensions"), client_address=address
+            )
+        except Exception as exc:
+            status, out, extra = self.refusal(exc, correlation, route)
+            if route is not None and route.signed:
+                self.gate.settle(Credentials(client_address=address), 0.0, False, signed=True)
+            await self._send(send, status, out, extra, correlation)
+            return
+        status, out, extra = await self.answer(route, headers, body, creds, correlation, scope)
+        await self._send(send, status, out, extra, correlation)
+
+    async def answer(
+        self,
+        route: Route,
+        headers: dict[str, str],
+        body: bytes,
+        creds: Credentials,
+        correlation: str,
+        scope: Scope,
+    ) -> tuple[int, dict[str, Any], tuple[tuple[str, str], ...]]:
+        """One routed request, through the gate, to (status, body, headers)."""
+        try:
+            self.gate.limit_address(
+                route.gate_method, creds, headers, len(body), signed=route.signed
+            )
+        except AgtpError as exc:
+            return self.refusal(exc, correlation, route)
+        started = self.cpu_clock()
+        refused = failed = False
+        try:
+            if route.name == "discover":
+                return 200, await self.discover(headers, body, creds, correlation), ()
+            if route.name == "get":
+                assert route.agent_id is not None
+                return 200, await self.get(route.agent_id, headers, creds, correlation), ()
+            assert route.agent_id is not None
+            return await self.put(route.agent_id, headers, body, creds, correlation)
+        except Exception as exc:
+            failed = True
+            refused = isinstance(exc, AgtpError) and exc.status in REFUSED_AFTER_PARSING
+            return self.refusal(exc, correlation, route)
+        finally:
+            cpu = self.cpu_clock() - started
+            self.gate.settle(creds, cpu, refused, signed=route.signed and failed)
+
+    def route(self, method: str, path: str) -> Route:
+        rest = path[len(self.base) :]
+        if rest in ("/discover", "/discover/"):
+            if method != "POST":
+                raise _wrong_method(method, "POST")
+            return Route("discover", DISCOVER)
+        if rest.startswith("/agents/") and len(rest) > len("/agents/"):
+            agent_id = rest[len("/agents/") :]
+            if len(agent_id) > MAX_AGENT_ID_CHARS:
+                raise NotFound(f"no agent with an id of {len(agent_id)} characters")
+            if method == "GET":
+                return Route("get", GET, agent_id)
+            if method == "PUT":
+                return Route("put", REGISTER, agent_id)
+            raise _wrong_method(method, "GET, PUT")
+        raise NotFound(
+            f"{method[:16]} {path[:100]} is not a profile resource; see "
+            f"POST {self.base}/discover, GET and PUT {self.base}/agents/{{id}}"
+        )
+
+    # -- the three routes ------------------------------------------------------------
+    async def discover(
+        self, headers: dict[str, str], body: bytes, creds: Credentials, correlation: str
+    ) -> dict[str, Any]:
+        svc = self.service
+        identity = parse_identity(headers)
+        doc = self.json_object(headers, body, "a profile Discovery Request")
+        digest = query_digest(doc)  # over the request object exactly as sent
+        with answering(correlation, digest):
+            params = parse_discover_params(discover_parameters(doc), svc.limits)
+        req = DiscoverRequest(
+            identity=identity,
+            task_id=correlation,
+            params=params,
+            query_digest=digest,
+            raw_parameters=doc,
+        )
+        with answering(correlation, digest):
+            req = self.gate.authenticate_and_limit(DISCOVER, req, creds)
+            result = await svc.discover_async(req)
+        return discovery_response(result, svc.key)
+
+    async def get(
+        self, agent_id: str, headers: dict[str, str], creds: Credentials, correlation: str
+    ) -> dict[str, Any]:
+        svc = self.service
+        asking = Asking(parse_identity(headers), correlation)
+        asking = self.gate.authenticate_and_limit(GET, asking, creds)
+        # DESCRIBE's rules: discovery:query (451 -> 403, audited), a restricted
+        # zone the caller may not see is 404, Suspended / retired 410.
+        described = svc.describe(DescribeRequest(asking.identity, correlation, agent_id))
+        return signed_document(self.agent_object(described), svc.key)
+
+    async def put(
+        self,
+        agent_id: str,
+        headers: dict[str, str],
+        body: bytes,
+        creds: Credentials,
+        correlation: str,
+    ) -> tuple[int, dict[str, Any], tuple[tuple[str, str], ...]]:
+        svc = self.service
+        if not self.settings.self_registration:
+            self._audit_refused_put(headers, agent_id, correlation)
+            raise NotFound(
+                f"self-registration is not enabled on this ANS: PUT {self.base}/agents/{{id}} "
+                "is served only with [profile] self_registration = true"
+            )
+        identity = parse_identity(headers)
+        doc = self.json_object(headers, body, "a profile Agent Metadata object")
+        asking = self.gate.authenticate_and_limit(REGISTER, Asking(identity, correlation), creds)
+        require_scope(
+            asking.identity,
+            DISCOVERY_REGISTER,
+            method=REGISTER,
+            task_id=correlation,
+            audit=svc.audit,
+        )
+        if "id" not in doc:
+            doc["id"] = agent_id
+        elif doc["id"] != agent_id:
+            raise BadRequest(
+                "the metadata object's id differs from the id in the path",
+                code=ErrorCode.INVALID_CANONICAL_ID,
+            )
+        admit = getattr(svc.registrar, "admit_self_asserted", None)
+        if admit is None:
+            raise ServerError("self-registration needs the core's admit_self_asserted")
+        result = await asyncio.to_thread(
+            admit, doc, source="profile", requester=asking.identity, task_id=correlation
+        )
+        created = bool(result.get("created", False)) if isinstance(result, Mapping) else False
+        return (201 if created else 200), signed_document(dict(result), svc.key), ()
+
+    # -- helpers -----------------------------------------------------------------------
+    def json_object(self, headers: Mapping[str, str], body: bytes, what: str) -> dict[str, Any]:
+        """The body as a strict JSON object (Content-Type application/json
+        when sent; no duplicate keys, NaN, or nesting beyond the bound)."""
+        ctype = headers.get("content-type")
+        if ctype is not None:
+            base = ctype.split(";", 1)[0].strip().lower()
+            if base and base not in JSON_TYPES and not base.endswith("+json"):
+                raise UnsupportedContentType(
+                    f"Content-Type {base[:60]!r} is not supported; use application/json"
+                )
+        if not body.strip():
+            raise InvalidBody(f"the request body must be {what} (a JSON object)")
+        doc = jsonstrict.loads(body, max_bytes=self.service.limits.max_body_bytes)
+        if not isinstance(doc, dict):
+            raise InvalidBody(f"the request body must be {what} (a JSON object)")
+        return doc
+
+    def agent_object(self, described: Mapping[str, Any]) -> dict[str, Any]:
+        """One agent (DESCRIBE's manifest and capabilities) as a profile
+        candidate object with the complete governance-signed manifest."""
+        manifest = described["manifest"]
+        caps = described.get("capabilities", {})
+        return {
+            "id": manifest.get("profile_id", manifest["canonical_id"]),
+            "name": manifest["agent_label"],
+            "description": manifest["job_description"],
+            "bindings": caps.get("bindings", []) if isinstance(caps, Mapping) else [],
+            "status": str(manifest.get("lifecycle_state", "Active")).lower(),
+            "canonical_id": manifest["canonical_id"],
+            "trust_tier": manifest["trust_tier"],
+            "generated_at": rfc3339(self.service.clock()),
+            "manifest": manifest,
+            "capabilities": caps,
+        }
+
+    def refusal(
+        self, exc: Exception, correlation: str, route: Route | None
+    ) -> tuple[int, dict[str, Any], tuple[tuple[str, str], ...]]:
+        """The profile error answer for ``exc`` (signed on discover). An
+        unexpected exception is logged with its traceback and answered 503."""
+        if not isinstance(exc, AgtpError):
+            log.exception("unhandled error on the profile binding", route=route)
+            exc = ServerError("internal error; see the server log")
+        err = profile_error(exc, correlation)
+        body = err.body
+        if route is not None and route.signed:
+            now = rfc3339(self.service.clock())
+            body = signed_error(body, err.status, now, self.service.key, exc)
+        return err.status, body, err.headers
+
+    def _audit_refused_put(
+        self, headers: Mapping[str, str], agent_id: str, correlation: str
+    ) -> None:
+        """A PUT while self-registration is off: audited as a refused
+        registration, naming the identity headers as sent (bounded)."""
+        try:
+            who = requester_fields(parse_identity(headers), REGISTER, correlation)
+        except AgtpError:
+            who = {"method": REGISTER, "task_id": correlation}
+        self.service.audit.record(
+            "registration_refused",
+            status=404,
+            code=ErrorCode.NOT_FOUND,
+            surface="profile",
+            **who,
+            agent=agent_id[:256],
+            reason="self_registration disabled",
+        )
+
+    @staticmethod
+    async def _send(
+        send: Send,
+        status: int,
+        body: Mapping[str, Any],
+        extra: tuple[tuple[str, str], ...],
+        correlation: str,
+    ) -> None:
+        data = orjson.dumps(body)
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"cache-control", b"no-store"),
+            (b"x-correlation-id", correlation.encode("ascii", "replace")),
+            (b"content-length", str(len(data)).encode()),
+            *((k.encode("latin-1"), v.encode("latin-1", "replace")) for k, v in extra),
+        ]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": data})
+
+
+def _wrong_method(method: str, allowed: str) -> BadRequest:
+    err = BadRequest(
+        f"method {method[:16]} is not allowed here; use {allowed}",
+        code=ErrorCode.UNSUPPORTED_METHOD,
+        headers=(("allow", allowed),),
+    )
+    return err
