@@ -57,8 +57,8 @@ from ..gate import REFUSED_AFTER_PARSING, Credentials, RequestGate
 from ..service import AnsService
 from .profile_errors import profile_error
 from .profile_render import (
-    discover_parameters,
     discovery_response,
+    require_query,
     signed_document,
     signed_error,
 )
@@ -204,7 +204,8 @@ class ProfileSurface:
         doc = self.json_object(headers, body, "a profile Discovery Request")
         digest = query_digest(doc)  # over the request object exactly as sent
         with answering(correlation, digest):
-            params = parse_discover_params(discover_parameters(doc), svc.limits)
+            require_query(doc)
+            params = parse_discover_params(doc, svc.limits)
         req = DiscoverRequest(
             identity=identity,
             task_id=correlation,

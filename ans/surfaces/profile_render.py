@@ -18,7 +18,7 @@ from typing import Any
 
 from ans.governance.keys import SigningKey
 from ans.governance.signing import RESULT_SIGNATURE_FIELD, sign_document, signature_object
-from ans.protocol.errors import AgtpError, BadRequest, ErrorCode, InvalidParameter
+from ans.protocol.errors import AgtpError, BadRequest, ErrorCode
 from ans.protocol.jcs import canonicalize
 
 # The response fields of draft-xu section 6.1, in the order they are written.
@@ -34,24 +34,21 @@ RESPONSE_FIELDS = (
 _RENAMED_RESULT = {"query_id", "results", "ans_signature"}
 
 
-def discover_parameters(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """The DISCOVER parameters of a profile request object. ``query`` is the
-    profile's name for ``intent``; sending both, differently, is a 400
-    (which one did the caller mean?). The profile makes ``query`` a MUST."""
-    params = dict(doc)
-    query = params.get("query")
-    intent = params.get("intent")
-    if query is not None and intent is not None and query != intent:
-        raise InvalidParameter("intent", "send query or intent, not both with different values")
-    text = query if query is not None else intent
-    if not isinstance(text, str) or not text.strip():
-        raise BadRequest(
-            "query is required: a natural-language intent or task description",
-            code=ErrorCode.INVALID_INTENT,
-        )
-    params.pop("query", None)
-    params["intent"] = text
-    return params
+def require_query(doc: Mapping[str, Any]) -> None:
+    """The profile makes ``query`` a MUST (section 5.1): a request object
+    without a non-blank ``query`` (or its AGTP name ``intent``) is a 400. The
+    object itself goes to the core unchanged: it is the DISCOVER parameters
+    (``query`` is the core's alias of ``intent``)."""
+    for name in ("query", "intent"):
+        text = doc.get(name)
+        if isinstance(text, str) and text.strip():
+            return
+        if text is not None and not isinstance(text, str):
+            return  # a wrong type: the core names it (invalid_query / invalid_intent)
+    raise BadRequest(
+        "query is required: a natural-language intent or task description",
+        code=ErrorCode.INVALID_QUERY,
+    )
 
 
 def candidate(item: Mapping[str, Any]) -> dict[str, Any]:

@@ -238,11 +238,11 @@ def _discover_req(w: World, params: dict[str, Any]) -> Any:
 
 def test_discover_query_is_required_and_an_intent_alias_must_agree(make_world: Any) -> None:
     w = make_world()
-    for doc in ({}, {"limit": 2}, {"query": "   "}, {"query": 7}):
+    for doc in ({}, {"limit": 2}, {"query": "   "}, {"query": 7}, {"intent": ""}):
         status, _, body = w.call(doc=doc)
         assert_profile_error(status, body, "invalid_request")
-    status, _, body = w.call(doc={"query": "a", "intent": "b"})
-    assert_profile_error(status, body, "invalid_request")
+    status, _, body = w.call(doc={"intent": "translate"})
+    assert status == 200
     status, _, body = w.call(doc={"query": "translate", "intent": "translate"})
     assert status == 200
 
@@ -255,8 +255,14 @@ def test_discover_query_is_required_and_an_intent_alias_must_agree(make_world: A
         ({"query": "x", "limit": 10**9}, "invalid_limit"),
         ({"query": "x", "limit": True}, "invalid_limit"),
         ({"query": "x", "include_evidence": "yes"}, "invalid_include_evidence"),
-        ({"query": "x" * 5000}, "invalid_intent"),
-        ({"query": ["x"]}, "invalid_intent"),
+        ({"query": "x" * 5000}, "invalid_query"),
+        ({"query": ["x"]}, "invalid_query"),
+        ({"query": "a", "intent": "b"}, "invalid_query"),
+        ({"query": "x", "detail": "everything"}, "invalid_detail"),
+        ({"query": "x", "required_tags": "translation"}, "invalid_required_tags"),
+        ({"query": "x", "required_tagz": ["translation"]}, "misspelled_parameter"),
+        ({"query": "x", "constraints": {"max_result_age_seconds": 5}}, "misspelled_parameter"),
+        ({"query": "x", "client_context": {"k": "v" * 5000}}, "invalid_client_context"),
         ({"query": "x", "trust_tier_min": 9}, "invalid_trust_tier_min"),
     ],
 )
