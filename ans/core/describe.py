@@ -22,6 +22,7 @@ from ans.protocol.errors import ErrorCode, Gone, MissingHeader, NotFound, Unavai
 from ans.protocol.jcs import canonicalize
 from ans.protocol.messages import DescribeRequest
 
+from ..config import Config
 from .context import CoreContext
 from .live_index import LiveIndex
 from .names import NameResolver
@@ -29,6 +30,26 @@ from .names import NameResolver
 # The "agtp_version" an Identity Document names: the base draft revision
 # whose schema it follows (-09).
 IDENTITY_AGTP_VERSION = "0.9"
+
+# The efficient-discovery profile (draft-xu) and the level this ANS claims.
+PROFILE_NAME = "draft-xu-efficient-agent-discovery-profile-00"
+PROFILE_LEVEL = "D2"
+
+
+def discovery_profile(c: Config) -> dict[str, Any]:
+    """How this ANS serves the efficient-discovery profile: its conformance
+    level (section 3.1: D2 includes D0 and D1) and the bindings that carry it."""
+    bindings: dict[str, Any] = {"agtp": {"method": "DISCOVER"}}
+    if c.profile.enabled:
+        base = c.profile.base_path
+        bindings["json"] = {
+            "discover": f"POST {base}/discover",
+            "agent": f"GET {base}/agents/{{id}}",
+            "self_registration": f"PUT {base}/agents/{{id}}"
+            if c.profile.self_registration
+            else None,
+        }
+    return {"profile": PROFILE_NAME, "level": PROFILE_LEVEL, "bindings": bindings}
 
 
 class Describer:
@@ -138,6 +159,7 @@ class Describer:
                 "zones_accepted": sorted({c.governance_zone, *c.restricted_zones, *c.public_zones}),
                 "max_limit": c.max_limit,
             },
+            "discovery_profile": discovery_profile(c),
         }
         signed: dict[str, Any] = sign_document(doc, key, "signature")
         return signed
