@@ -265,7 +265,7 @@ class ProfileSurface:
         if admit is None:
             raise ServerError("self-registration needs the core's admit_self_asserted")
         result = await asyncio.to_thread(
-            admit, doc, source="profile", requester=asking.identity, task_id=correlation
+            admit, doc, source="profile", identity=asking.identity, task_id=correlation
         )
         created = bool(result.get("created", False)) if isinstance(result, Mapping) else False
         return (201 if created else 200), signed_document(dict(result), svc.key), ()
