@@ -93,6 +93,7 @@ class World:
         headers: dict[str, str] | None = None,
         identity: bool = True,
         client: str | None = None,
+        tls_chain: list[str] | None = None,
     ) -> tuple[int, dict[str, str], dict[str, Any]]:
         hdrs: dict[str, str] = {"content-type": "application/json"}
         if identity:
@@ -109,6 +110,8 @@ class World:
         }
         if client is not None:
             asgi["client"] = (client, 40000)
+        if tls_chain is not None:
+            asgi["extensions"]["tls"] = {"client_cert_chain": tls_chain}
         sent: list[dict[str, Any]] = []
 
         async def receive() -> dict[str, Any]:
@@ -415,6 +418,51 @@ def test_token_mode_needs_a_bearer_token(make_world: Any) -> None:
         headers={"authorization": f"Bearer {mint(scope='agents:delegate')}"},
     )
     assert_profile_error(status, body, "forbidden")
+
+
+def _cert(uri: str) -> str:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "c")])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(NOW - timedelta(days=1))
+        .not_valid_after(NOW + timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.UniformResourceIdentifier(uri)]), critical=False
+        )
+        .sign(key, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.PEM).decode()
+
+
+def test_mtls_mode_binds_agent_id_to_the_client_certificate(make_world: Any) -> None:
+    w = make_world("mtls")
+    doc = {"query": "translate"}
+    status, _, body = w.call(doc=doc, tls_chain=[_cert(AGENT)])
+    assert status == 200 and body["candidates"]
+    status, _, body = w.call(doc=doc, tls_chain=[_cert("agtp://o.example/agents/other")])
+    assert assert_profile_error(status, body, "unauthorized")["detail"] == (
+        "certificate_identity_mismatch"
+    )
+    status, _, body = w.call(doc=doc)
+    assert assert_profile_error(status, body, "unauthorized")["detail"] == (
+        "client_certificate_required"
+    )
+    path = f"/discovery/v1/agents/{w.ids['doc-translator']}"
+    assert w.call("GET", path, tls_chain=[_cert(AGENT)])[0] == 200
+    assert w.call("GET", path)[0] == 401
+    assert [r["auth_mode"] for r in w.audit() if r["event"] == "authentication_failed"] == [
+        "mtls"
+    ] * 3
 
 
 def test_rate_limit_is_429_with_retry_after_and_audited(make_world: Any) -> None:
