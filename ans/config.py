@@ -159,8 +159,11 @@ class Config:
     peers: tuple[Peer, ...] = ()
     # [freshness]: refresh scheduler, availability polling, governance webhook
     freshness: FreshnessSettings = field(default_factory=FreshnessSettings)
-    # [profile]: the efficient-discovery profile's JSON binding
-    profile: ProfileSettings = field(default_factory=ProfileSettings)
+    # [profile]: the efficient-discovery profile's JSON binding (enabled,
+    # base_path) and its self-registration (PUT of self-asserted tier-3 records)
+    profile_enabled: bool = True
+    profile_base_path: str = "/discovery/v1"
+    profile_self_registration: bool = False
     # [logging]
     log_level: str = "info"
     log_format: str = "console"
@@ -186,6 +189,13 @@ class Config:
             strong_match=self.strong_match,
             shortlist=self.relevance_shortlist,
             near_best=self.near_best,
+        )
+
+    @property
+    def profile(self) -> ProfileSettings:
+        """The [profile] binding settings as one value."""
+        return ProfileSettings(
+            self.profile_enabled, self.profile_base_path, self.profile_self_registration
         )
 
     @property
@@ -377,12 +387,16 @@ _SECTIONS = {
     },
     "metrics": {"enabled"},
     "auth": {"mode", "token_issuer", "token_audience", "token_jwks", "token_leeway", "forwarders"},
+    "profile": {"enabled", "base_path", "self_registration"},
 }
 # TOML keys whose Config field has another name.
 _RENAMED: dict[tuple[str, str], str] = {
     ("auth", "mode"): "auth_mode",
     ("profile", "redact"): "profile_redact",
     ("auth", "forwarders"): "auth_forwarders",
+    ("profile", "enabled"): "profile_enabled",
+    ("profile", "base_path"): "profile_base_path",
+    ("profile", "self_registration"): "profile_self_registration",
     ("discovery", "part_weight"): "relevance_part_weight",
     ("discovery", "shortlist"): "relevance_shortlist",
     ("metrics", "enabled"): "metrics_enabled",
@@ -485,9 +499,6 @@ def load_with_origin(
             if section == "index":
                 values["index"] = _index(body)
                 continue
-            if section == "profile":
-                values["profile"] = _profile(body)
-                continue
             if section == "ranking":
                 try:
                     values["ranking"] = RankingWeights(**body)
@@ -565,18 +576,6 @@ def _rate_limit(body: Any) -> RateLimitSettings:
                 raise ConfigError(f"[rate_limit] {key} has the wrong type") from None
         values[key] = value
     return replace(defaults, **values)
-
-
-def _profile(body: Any) -> ProfileSettings:
-    if not isinstance(body, dict):
-        raise ConfigError("[profile] must be a table")
-    defaults = ProfileSettings()
-    for key, value in body.items():
-        if key not in {f.name for f in fields(ProfileSettings)}:
-            raise ConfigError(f"unknown key {key!r} in [profile]")
-        if not isinstance(value, type(getattr(defaults, key))):
-            raise ConfigError(f"[profile] {key} has the wrong type")
-    return replace(defaults, **body)
 
 
 _INDEX_BOUNDS = {

@@ -142,7 +142,9 @@ def make_world(
             auth_mode=mode,
             token_issuer=ISSUER,
             rate_limit=RateLimitSettings(**rate),
-            profile=profile or ProfileSettings(),
+            profile_enabled=(profile or ProfileSettings()).enabled,
+            profile_base_path=(profile or ProfileSettings()).base_path,
+            profile_self_registration=(profile or ProfileSettings()).self_registration,
         )
         svc = AnsService(
             config=cfg,
@@ -589,10 +591,10 @@ def test_profile_config_section(tmp_path: Path) -> None:
         "[profile]\nselfregistration = true\n",
     ):
         cfg.write_text(bad)
-        with pytest.raises(ConfigError, match=r"\[profile\]"):
+        with pytest.raises(ConfigError, match=r"profile"):
             load(cfg)
 
 
 def test_config_replace_keeps_profile_settings() -> None:
-    cfg = replace(Config(), profile=ProfileSettings(self_registration=True))
+    cfg = replace(Config(), profile_self_registration=True)
     assert cfg.validate().profile.self_registration

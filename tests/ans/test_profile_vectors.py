@@ -36,7 +36,7 @@ from ans.protocol.messages import ActivateRequest, Identity, query_digest
 from ans.protocol.scope import parse_authority_scope
 
 from ans.app import AnsApp
-from ans.config import Config, ProfileSettings
+from ans.config import Config
 from ans.matcher import CapabilityIndex
 from ans.service import AnsService
 from ans.store import SQLiteStore
@@ -155,7 +155,7 @@ def make_world(
     def make(self_registration: bool = False) -> World:
         d = tmp_path / f"svc{len(made)}"
         d.mkdir()
-        cfg = Config(data_dir=d, profile=ProfileSettings(self_registration=self_registration))
+        cfg = Config(data_dir=d, profile_self_registration=self_registration)
         svc = AnsService(
             config=cfg,
             store=SQLiteStore(d / "registry.sqlite3"),
