@@ -209,6 +209,30 @@ def test_13_1_minimal_d0_metadata_is_accepted_through_put(make_world: Any) -> No
         assert vector["id"] in {c.get("id") for c in found["candidates"]}, (binding, found)
 
 
+def test_13_1_minimal_d0_metadata_is_accepted_inside_a_governance_signed_activate(
+    make_world: Any, make_manifest: Callable[..., Any]
+) -> None:
+    """AGTP: the 13.1 object as the capability document of an ACTIVATE whose
+    manifest a trusted governance key signed; then a governed agent, found by
+    the 13.2 query on both bindings and by GET."""
+    w = make_world()
+    vector = json.loads(VECTOR_13_1)
+    manifest = make_manifest("minimal", job_description=vector["description"])
+    body = orjson.dumps(
+        {"method": "ACTIVATE", "parameters": {"manifest": manifest, "capabilities": vector}}
+    )
+    status, out = w.call("ACTIVATE", "/", body)
+    assert status == 200, out
+    cid = manifest["canonical_id"]
+    assert out["result"]["canonical_id"] == cid
+    status, agent = w.call("GET", f"/discovery/v1/agents/{cid}", b"")
+    assert status == 200, agent
+    assert agent["bindings"] == vector["bindings"]
+    for binding, method, q in both_bindings(VECTOR_13_2):
+        found = w.discover(binding, method, q)
+        assert [c["canonical_id"] for c in found["candidates"]] in ([cid], [w.ids["fact-answerer"]])
+
+
 def test_13_1_minimal_d0_metadata_is_refused_through_put_when_off(make_world: Any) -> None:
     w = make_world()
     status, out = w.call("PUT", "/discovery/v1/agents/minimal", VECTOR_13_1.encode())
