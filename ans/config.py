@@ -153,17 +153,17 @@ class Config:
     # evidence (share of the gap to 1.0 when every preferred tag is held).
     profile_redact: tuple[str, ...] = ()
     preferred_tag_boost: float = 0.15
+    # [profile]: the efficient-discovery profile's JSON binding (enabled,
+    # base_path) and its self-registration (PUT of self-asserted tier-3 records)
+    profile_enabled: bool = True
+    profile_base_path: str = "/discovery/v1"
+    profile_self_registration: bool = False
     ranking: RankingWeights = field(default_factory=RankingWeights)
     # [federation] and [[federation.peers]]; --peer TIER@URL adds peers
     federation: FederationSettings = field(default_factory=FederationSettings)
     peers: tuple[Peer, ...] = ()
     # [freshness]: refresh scheduler, availability polling, governance webhook
     freshness: FreshnessSettings = field(default_factory=FreshnessSettings)
-    # [profile]: the efficient-discovery profile's JSON binding (enabled,
-    # base_path) and its self-registration (PUT of self-asserted tier-3 records)
-    profile_enabled: bool = True
-    profile_base_path: str = "/discovery/v1"
-    profile_self_registration: bool = False
     # [logging]
     log_level: str = "info"
     log_format: str = "console"
@@ -332,7 +332,7 @@ FORWARDER_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[^\s]{1,500}")
 
 
 _SECTIONS = {
-    "profile": {"redact", "preferred_tag_boost"},
+    "profile": {"redact", "preferred_tag_boost", "enabled", "base_path", "self_registration"},
     "server": {
         "listen",
         "native_listen",
@@ -387,7 +387,6 @@ _SECTIONS = {
     },
     "metrics": {"enabled"},
     "auth": {"mode", "token_issuer", "token_audience", "token_jwks", "token_leeway", "forwarders"},
-    "profile": {"enabled", "base_path", "self_registration"},
 }
 # TOML keys whose Config field has another name.
 _RENAMED: dict[tuple[str, str], str] = {

@@ -29,7 +29,7 @@ import orjson
 import structlog
 
 from ans.governance.audit import rfc3339
-from ans.governance.policy import DISCOVERY_REGISTER, requester_fields, require_scope
+from ans.governance.policy import requester_fields
 from ans.protocol import jsonstrict
 from ans.protocol.binding import header_map
 from ans.protocol.errors import (
@@ -53,15 +53,12 @@ from ans.protocol.messages import (
 )
 
 from ..config import ProfileSettings
+from ..core.profile_view import profile_response
 from ..gate import REFUSED_AFTER_PARSING, Credentials, RequestGate
+from ..profile_metadata import profile_canonical_id
 from ..service import AnsService
 from .profile_errors import profile_error
-from .profile_render import (
-    discovery_response,
-    require_query,
-    signed_document,
-    signed_error,
-)
+from .profile_render import agent_object, require_query, signed_document, signed_error
 
 log = structlog.get_logger("ans.profile")
 Scope = MutableMapping[str, Any]
@@ -75,6 +72,8 @@ MAX_AGENT_ID_CHARS = 512
 # The gate's method names for the three routes: its per-Agent-ID limit and
 # the audit records name them (a profile discover counts as a DISCOVER).
 DISCOVER, GET, REGISTER = "DISCOVER", "DESCRIBE", "REGISTER"
+# The registrar's name for this surface (audit records' method and source).
+SOURCE = "profile"
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,7 +215,7 @@ class ProfileSurface:
         with answering(correlation, digest):
             req = self.gate.authenticate_and_limit(DISCOVER, req, creds)
             result = await svc.discover_async(req)
-        return discovery_response(result, svc.key)
+        return profile_response(result, svc.key)
 
     async def get(
         self, agent_id: str, headers: dict[str, str], creds: Credentials, correlation: str
@@ -226,8 +225,9 @@ class ProfileSurface:
         asking = self.gate.authenticate_and_limit(GET, asking, creds)
         # DESCRIBE's rules: discovery:query (451 -> 403, audited), a restricted
         # zone the caller may not see is 404, Suspended / retired 410.
-        described = svc.describe(DescribeRequest(asking.identity, correlation, agent_id))
-        return signed_document(self.agent_object(described), svc.key)
+        cid = profile_canonical_id(agent_id)
+        described = svc.describe(DescribeRequest(asking.identity, correlation, cid))
+        return signed_document(agent_object(described, rfc3339(svc.clock())), svc.key)
 
     async def put(
         self,
@@ -247,13 +247,6 @@ class ProfileSurface:
         identity = parse_identity(headers)
         doc = self.json_object(headers, body, "a profile Agent Metadata object")
         asking = self.gate.authenticate_and_limit(REGISTER, Asking(identity, correlation), creds)
-        require_scope(
-            asking.identity,
-            DISCOVERY_REGISTER,
-            method=REGISTER,
-            task_id=correlation,
-            audit=svc.audit,
-        )
         if "id" not in doc:
             doc["id"] = agent_id
         elif doc["id"] != agent_id:
@@ -261,14 +254,16 @@ class ProfileSurface:
                 "the metadata object's id differs from the id in the path",
                 code=ErrorCode.INVALID_CANONICAL_ID,
             )
-        admit = getattr(svc.registrar, "admit_self_asserted", None)
-        if admit is None:
-            raise ServerError("self-registration needs the core's admit_self_asserted")
+        # discovery:register (451 -> 403), conflicts (409), staleness, all
+        # audited by the registrar; a tier-3, governed: false record.
         result = await asyncio.to_thread(
-            admit, doc, source="profile", identity=asking.identity, task_id=correlation
+            svc.admit_self_asserted,
+            doc,
+            source=SOURCE,
+            identity=asking.identity,
+            task_id=correlation,
         )
-        created = bool(result.get("created", False)) if isinstance(result, Mapping) else False
-        return (201 if created else 200), signed_document(dict(result), svc.key), ()
+        return 200, signed_document(result, svc.key), ()
 
     # -- helpers -----------------------------------------------------------------------
     def json_object(self, headers: Mapping[str, str], body: bytes, what: str) -> dict[str, Any]:
@@ -287,24 +282,6 @@ class ProfileSurface:
         if not isinstance(doc, dict):
             raise InvalidBody(f"the request body must be {what} (a JSON object)")
         return doc
-
-    def agent_object(self, described: Mapping[str, Any]) -> dict[str, Any]:
-        """One agent (DESCRIBE's manifest and capabilities) as a profile
-        candidate object with the complete governance-signed manifest."""
-        manifest = described["manifest"]
-        caps = described.get("capabilities", {})
-        return {
-            "id": manifest.get("profile_id", manifest["canonical_id"]),
-            "name": manifest["agent_label"],
-            "description": manifest["job_description"],
-            "bindings": caps.get("bindings", []) if isinstance(caps, Mapping) else [],
-            "status": str(manifest.get("lifecycle_state", "Active")).lower(),
-            "canonical_id": manifest["canonical_id"],
-            "trust_tier": manifest["trust_tier"],
-            "generated_at": rfc3339(self.service.clock()),
-            "manifest": manifest,
-            "capabilities": caps,
-        }
 
     def refusal(
         self, exc: Exception, correlation: str, route: Route | None
@@ -327,17 +304,17 @@ class ProfileSurface:
         """A PUT while self-registration is off: audited as a refused
         registration, naming the identity headers as sent (bounded)."""
         try:
-            who = requester_fields(parse_identity(headers), REGISTER, correlation)
+            who = requester_fields(parse_identity(headers), SOURCE, correlation)
         except AgtpError:
-            who = {"method": REGISTER, "task_id": correlation}
+            who = {"method": SOURCE, "task_id": correlation}
         self.service.audit.record(
-            "registration_refused",
+            "self_asserted_refused",
             status=404,
             code=ErrorCode.NOT_FOUND,
-            surface="profile",
             **who,
-            agent=agent_id[:256],
-            reason="self_registration disabled",
+            source=SOURCE,
+            profile_id=agent_id[:256],
+            reason="self-registration is not enabled ([profile] self_registration)",
         )
 
     @staticmethod

@@ -1,14 +1,11 @@
-"""The profile binding's messages, as pure functions: a profile request
-object to DISCOVER parameters, and the core's signed DISCOVER result to a
-profile Discovery Response (draft-xu section 6), signed again over its own
-bytes with the same key and in the same way (``ans_signature``: a detached
-ES256 JWS over the RFC 8785 bytes of the object without that field).
+"""The profile binding's messages, as pure functions: the request rule of
+the binding (``query`` required), one agent as a profile object (GET), and
+the signatures: an answer or a discover refusal signed with the ANS key the
+way results are (``ans_signature``: a detached ES256 JWS over the RFC 8785
+bytes of the object without that field).
 
-Nothing is recomputed here: the candidates, scores, evidence and filters are
-the core's; this module renames (``results`` -> ``candidates``,
-``query_id`` -> ``request_id``, ``rank_score`` -> ``score``) and keeps every
-other field the core returned, so the profile answer says no less than the
-AGTP one.
+The Discovery Response itself is the core's translation
+(:func:`ans.core.profile_view.profile_response`); nothing is recomputed here.
 """
 
 from __future__ import annotations
@@ -17,21 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ans.governance.keys import SigningKey
-from ans.governance.signing import RESULT_SIGNATURE_FIELD, sign_document, signature_object
+from ans.governance.profile_metadata import bindings_of
+from ans.governance.signing import RESULT_SIGNATURE_FIELD, sign_document
 from ans.protocol.errors import AgtpError, BadRequest, ErrorCode
-from ans.protocol.jcs import canonicalize
-
-# The response fields of draft-xu section 6.1, in the order they are written.
-RESPONSE_FIELDS = (
-    "request_id",
-    "candidates",
-    "applied_filters",
-    "unsupported_filters",
-    "warnings",
-    "generated_at",
-)
-# Result fields the rename replaces (they are not repeated under the old name).
-_RENAMED_RESULT = {"query_id", "results", "ans_signature"}
 
 
 def require_query(doc: Mapping[str, Any]) -> None:
@@ -51,59 +36,29 @@ def require_query(doc: Mapping[str, Any]) -> None:
     )
 
 
-def candidate(item: Mapping[str, Any]) -> dict[str, Any]:
-    """A profile candidate from one DISCOVER result item: ``id``, ``name``,
-    ``description``, ``bindings``, ``status``, ``score`` first, then every
-    other field of the item as the core wrote it."""
-    out: dict[str, Any] = {
-        "id": item.get("id", item.get("canonical_id")),
-        "name": item.get("name", item.get("agent_label")),
-        "description": item.get("description", item.get("job_description")),
-        "bindings": item.get("bindings", []),
-        "status": item.get("status", "active"),
-        "score": item.get("score", item.get("rank_score")),
+def agent_object(described: Mapping[str, Any], generated_at: str) -> dict[str, Any]:
+    """One agent (DESCRIBE's manifest and capability document) as a profile
+    object: its candidate fields (``id``: the declared profile id, else the
+    canonical id; ``name``, ``description``, ``bindings``, ``status``), its
+    trust (``trust_tier``, ``governed``), and the complete manifest and
+    capability document (unknown fields kept)."""
+    manifest = described["manifest"]
+    caps = described.get("capabilities")
+    caps = caps if isinstance(caps, Mapping) else {}
+    declared = caps.get("id")
+    return {
+        "id": declared if isinstance(declared, str) else manifest["canonical_id"],
+        "name": caps.get("name", manifest["agent_label"]),
+        "description": caps.get("description", manifest["job_description"]),
+        "bindings": bindings_of(manifest, caps),
+        "status": caps.get("status", "active"),
+        "canonical_id": manifest["canonical_id"],
+        "trust_tier": manifest["trust_tier"],
+        "governed": not isinstance(manifest.get("self_asserted"), Mapping),
+        "generated_at": generated_at,
+        "manifest": manifest,
+        "capabilities": dict(caps),
     }
-    for key, value in item.items():
-        if key not in out and key not in ("rank_score",):
-            out[key] = value
-    return out
-
-
-def warning_text(warning: Any) -> str:
-    """A profile warning is a string; a structured core warning (federation:
-    ``code``, ``peer``, ``message``) is written as one."""
-    if isinstance(warning, str):
-        return warning
-    if isinstance(warning, Mapping):
-        parts = [str(warning.get("code", "warning"))]
-        if warning.get("peer"):
-            parts.append(f"peer {warning['peer']}")
-        text = ": ".join(parts)
-        return f"{text}: {warning['message']}" if warning.get("message") else text
-    return str(warning)
-
-
-def discovery_response(result: Mapping[str, Any], key: SigningKey) -> dict[str, Any]:
-    """The profile Discovery Response for the core's DISCOVER ``result``,
-    signed with ``key``. The fields of 6.1 come first; the core's other
-    result fields (``query_digest``, ``total_matches``, ``returned``,
-    ``ranking``, ``relevance``, ``federation_path``, ``routing``, ...) follow
-    unchanged, inside the signature."""
-    response: dict[str, Any] = {
-        "request_id": result["query_id"],
-        "candidates": [candidate(item) for item in result.get("results", [])],
-        "applied_filters": result.get("applied_filters", {}),
-        "unsupported_filters": list(result.get("unsupported_filters", [])),
-        "warnings": [warning_text(w) for w in result.get("warnings", [])],
-        "generated_at": result["generated_at"],
-    }
-    for name, value in result.items():
-        if name not in response and name not in _RENAMED_RESULT:
-            response[name] = value
-    if result.get("warnings") and any(not isinstance(w, str) for w in result["warnings"]):
-        response["federation_warnings"] = result["warnings"]
-    response[RESULT_SIGNATURE_FIELD] = signature_object(canonicalize(response), key)
-    return response
 
 
 def signed_document(doc: Mapping[str, Any], key: SigningKey) -> dict[str, Any]:

@@ -557,9 +557,10 @@ def test_put_without_self_registration_is_404_and_audited(make_world: Any) -> No
     )
     err = assert_profile_error(status, body, "not_found")
     assert "self_registration" in err["message"]
-    rec = [r for r in w.audit() if r["event"] == "registration_refused"][-1]
+    rec = [r for r in w.audit() if r["event"] == "self_asserted_refused"][-1]
     assert (rec["task_id"], rec["agent_id"], rec["status"]) == ("p-1", AGENT, 404)
-    assert rec["agent"] == "https://example.net/agents/minimal"
+    assert (rec["source"], rec["profile_id"]) == ("profile", "https://example.net/agents/minimal")
+    assert not any(r["event"] == "self_asserted_admission" for r in w.audit())
 
 
 # -- configuration -------------------------------------------------------------------------

@@ -141,8 +141,9 @@ class World:
         assert result["query_digest"] == query_digest(
             sent if binding == "json" else sent["parameters"]
         )
-        if binding == "agtp":
-            result = {**result, "candidates": result["results"]}
+        if binding == "agtp":  # the profile id of an AGTP item is its profile_id
+            items = [{"id": r.get("profile_id", r["canonical_id"]), **r} for r in result["results"]]
+            result = {**result, "candidates": items}
         return result
 
 
