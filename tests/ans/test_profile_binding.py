@@ -599,3 +599,111 @@ def test_profile_config_section(tmp_path: Path) -> None:
 def test_config_replace_keeps_profile_settings() -> None:
     cfg = replace(Config(), profile_self_registration=True)
     assert cfg.validate().profile.self_registration
+
+
+# -- PUT with self-registration on ------------------------------------------------------------
+
+MINIMAL = {
+    "id": "https://example.net/agents/minimal",
+    "name": "Minimal Agent",
+    "description": "Answers short factual questions.",
+    "bindings": [{"protocol": "https", "endpoint": "https://example.net/agent/invoke"}],
+    "x-vendor-field": {"kept": True},
+}
+PUT_PATH = "/discovery/v1/agents/https://example.net/agents/minimal"
+
+
+def test_put_admits_a_self_asserted_tier3_record(make_world: Any) -> None:
+    w = make_world(profile=ProfileSettings(self_registration=True))
+    reg = "discovery:register discovery:query"
+    status, _, body = w.call("PUT", PUT_PATH, MINIMAL, scope=reg, headers={"task-id": "p-2"})
+    assert status == 200, body
+    assert (body["id"], body["governed"], body["trust_tier"]) == (MINIMAL["id"], False, 3)
+    assert verify_document(body, w.keys(), RESULT_SIGNATURE_FIELD) == w.svc.key.kid
+    rec = [r for r in w.audit() if r["event"] == "self_asserted_admission"][-1]
+    assert (rec["task_id"], rec["source"], rec["agent_id"]) == ("p-2", "profile", AGENT)
+    # GET by its profile id: the metadata as sent, unknown fields kept
+    status, _, agent = w.call("GET", PUT_PATH)
+    assert status == 200, agent
+    assert (agent["id"], agent["governed"], agent["trust_tier"]) == (MINIMAL["id"], False, 3)
+    assert agent["capabilities"]["x-vendor-field"] == {"kept": True}
+    assert agent["bindings"] == MINIMAL["bindings"]
+    # the same metadata again: idempotent
+    status, _, again = w.call("PUT", PUT_PATH, MINIMAL, scope=reg)
+    assert status == 200 and again["unchanged"] is True
+    # excluded from discover unless tier 3 is admitted
+    q = {"query": "answer a short factual question", "limit": 10}
+    _, _, plain = w.call(doc=q)
+    assert MINIMAL["id"] not in {c["id"] for c in plain["candidates"]}
+    _, _, tier3 = w.call(doc={**q, "trust_tier_min": 3})
+    assert MINIMAL["id"] in {c["id"] for c in tier3["candidates"]}
+
+
+def test_put_refusals(make_world: Any) -> None:
+    w = make_world(profile=ProfileSettings(self_registration=True))
+    reg = "discovery:register"
+    # no discovery:register: 403, audited by the registrar
+    status, _, body = w.call("PUT", PUT_PATH, MINIMAL, scope="discovery:query")
+    assert assert_profile_error(status, body, "forbidden")["detail"] == "scope_violation"
+    assert [r for r in w.audit() if r["event"] == "scope_violation"][-1]["method"] == "profile"
+    # the body's id must be the path's
+    status, _, body = w.call("PUT", "/discovery/v1/agents/other", MINIMAL, scope=reg)
+    assert_profile_error(status, body, "invalid_request")
+    # D0 fields are required
+    for missing in ("name", "description", "bindings"):
+        doc = {k: v for k, v in MINIMAL.items() if k != missing}
+        status, _, body = w.call("PUT", PUT_PATH, doc, scope=reg)
+        assert_profile_error(status, body, "invalid_request")
+    for garbage in (b"", b"[]", b"{", b'{"id": 1}'):
+        status, _, body = w.call("PUT", PUT_PATH, body=garbage, scope=reg)
+        assert_profile_error(status, body, "invalid_request")
+    assert w.call("PUT", PUT_PATH, MINIMAL, scope=reg)[0] == 200
+    # another principal may not take the id over: 409 conflict, audited
+    status, _, body = w.call(
+        "PUT", PUT_PATH, MINIMAL, scope=reg, headers={"principal-id": "usr-other"}
+    )
+    assert assert_profile_error(status, body, "conflict")["detail"] == "conflict"
+    refused = [r for r in w.audit() if r["event"] == "self_asserted_refused"][-1]
+    assert (refused["status"], refused["principal_id"]) == (409, "usr-other")
+    # a governed record's id cannot be announced over: 409
+    cid = w.ids["doc-translator"]
+    doc = {**MINIMAL, "id": cid}
+    status, _, body = w.call("PUT", f"/discovery/v1/agents/{cid}", doc, scope=reg)
+    assert_profile_error(status, body, "conflict")
+    # older metadata than the stored record: 410 stale_metadata
+    newer = {**MINIMAL, "updated_at": "2026-11-20T00:00:00Z"}
+    assert w.call("PUT", PUT_PATH, newer, scope=reg)[0] == 200
+    older = {**MINIMAL, "updated_at": "2026-11-01T00:00:00Z"}
+    status, _, body = w.call("PUT", PUT_PATH, older, scope=reg)
+    assert assert_profile_error(status, body, "stale_metadata")["detail"] == "stale_metadata"
+
+
+def test_put_in_token_mode_is_gated(make_world: Any) -> None:
+    w = make_world("token", profile=ProfileSettings(self_registration=True))
+    status, _, body = w.call("PUT", PUT_PATH, MINIMAL, scope="discovery:register")
+    assert_profile_error(status, body, "unauthorized")
+    token = mint(scope="discovery:register")
+    status, _, body = w.call(
+        "PUT",
+        PUT_PATH,
+        MINIMAL,
+        scope="discovery:register",
+        headers={"authorization": f"Bearer {token}"},
+    )
+    assert status == 200, body
+
+
+def test_detail_levels_and_evidence_on_the_binding(make_world: Any, gov_key: SigningKey) -> None:
+    w = make_world()
+    q = {"query": "translate a legal contract", "limit": 2}
+    _, _, minimal = w.call(doc={**q, "detail": "minimal"})
+    first = minimal["candidates"][0]
+    assert {"id", "status", "bindings", "score"} <= set(first)
+    assert "description" not in first and "manifest" not in first
+    _, _, full = w.call(doc={**q, "detail": "full", "include_evidence": True})
+    first = full["candidates"][0]
+    assert verify_document(first["manifest"], TrustedKeys([gov_key.public]), "signature")
+    assert {"score_components", "matched_tags", "matched_examples", "freshness"} <= set(first)
+    assert isinstance(first["matched_tags"], list) and "fused" in first["score_components"]
+    for body in (minimal, full):
+        assert verify_document(body, w.keys(), RESULT_SIGNATURE_FIELD)
