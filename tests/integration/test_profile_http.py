@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import orjson
@@ -83,6 +84,21 @@ def test_profile_client_verifies_a_real_server(srv: RunningServer, version: str)
         agent = g.json()
         assert agent["id"] == first["id"] and agent["name"] == first["name"]
         verify_document(agent, keys, RESULT_SIGNATURE_FIELD)
+        # self-registration is on here: a D0 object (section 13.1) as a tier-3 record
+        d0 = {
+            "id": "https://example.net/agents/minimal",
+            "name": "Minimal Agent",
+            "description": "Answers short factual questions.",
+            "bindings": [{"protocol": "https", "endpoint": "https://example.net/agent/invoke"}],
+        }
+        path = "/discovery/v1/agents/" + quote(d0["id"], safe="")
+        reg = {**HEADERS, "authority-scope": "discovery:register discovery:query"}
+        p = c.put(path, headers=reg, content=orjson.dumps(d0))
+        assert p.status_code == 200, p.text
+        assert p.json()["governed"] is False and p.json()["trust_tier"] == 3
+        verify_document(p.json(), keys, RESULT_SIGNATURE_FIELD)
+        g = c.get(path, headers=HEADERS)
+        assert g.status_code == 200 and g.json()["id"] == d0["id"]
 
 
 @pytest.mark.parametrize("version", ["HTTP/2", "HTTP/1.1"])
