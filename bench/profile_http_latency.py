@@ -17,6 +17,9 @@ directory with a venv that borrows this venv's dependencies) and ``branch``
    then the other. Versions alternate A/B, B/A, ... so drift cancels. On the
    branch server, the same intents are then sent once more as profile
    requests (``POST /discovery/v1/discover`` with ``{"query", "limit": 10}``).
+   Besides wall-clock latency, the server's CPU time (user + system, /proc)
+   over the timed requests is divided by their number: on a shared, loaded
+   machine that figure moves far less than the latency does.
 
 Every answer must be 200; a sample is verified against the server's JWKS
 (``ans.client.verify_discover_result``, query_digest included) on both
@@ -49,7 +52,7 @@ from load import SERVER_CONFIG, ensure_catalog, machine, wait_healthy
 from relevance_latency import distinct_intents
 
 from ans.client import AgtpClient, verify_discover_result
-from tools.launcher import RunningServer, start_server, stop_server
+from tools.launcher import RunningServer, cpu_ms, start_server, stop_server
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMAND = "OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/profile_http_latency.py"
@@ -155,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--agents", type=int, default=10_000)
     ap.add_argument("--intents", type=int, default=1000, help="distinct timed intents per round")
     ap.add_argument("--warmup", type=int, default=60)
-    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds per version")
+    ap.add_argument("--rounds", type=int, default=5, help="alternating rounds per version")
     ap.add_argument("--sample-every", type=int, default=40)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "ans-bench")
@@ -191,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     series = ("branch", "baseline", "profile")
     lat: dict[str, list[int]] = {s: [] for s in series}
     verified = {s: 0 for s in series}
+    cpu = {s: 0.0 for s in series}  # server CPU (user + system) over the timed requests
+    served = {s: 0 for s in series}
     rounds: list[dict[str, Any]] = []
     for rnd in range(args.rounds):
         order = VERSIONS if rnd % 2 == 0 else VERSIONS[::-1]
@@ -205,7 +210,13 @@ def main(argv: list[str] | None = None) -> int:
                     jwks = c.jwks()
                 runs = [("agtp", v)] + ([("json", "profile")] if v == "branch" else [])
                 for binding, name in runs:
-                    m = asyncio.run(measure(srv.url, shuffled, warm, binding, args.sample_every))
+                    asyncio.run(measure(srv.url, [], warm, binding, args.sample_every))
+                    cpu0 = cpu_ms(srv.proc.pid)
+                    m = asyncio.run(measure(srv.url, shuffled, [], binding, args.sample_every))
+                    cpu1 = cpu_ms(srv.proc.pid)
+                    if cpu0 is not None and cpu1 is not None and m["lat"]:
+                        cpu[name] += cpu1 - cpu0
+                        served[name] += len(m["lat"])
                     if m["bad"]:
                         problems.append(f"{name} round {rnd}: {len(m['bad'])} non-200, "
                                         f"e.g. {m['bad'][0]}")
@@ -217,20 +228,31 @@ def main(argv: list[str] | None = None) -> int:
                             problems.append(f"{name} round {rnd}: signature: {exc}")
                     lat[name] += m["lat"]
                     row[name] = percentiles(m["lat"])
-                    log(f"round {rnd} {name}: p50 {row[name]['p50_ms']} ms")
+                    if cpu0 is not None and cpu1 is not None and m["lat"]:
+                        row[name]["server_cpu_ms_per_request"] = round(
+                            (cpu1 - cpu0) / len(m["lat"]), 3
+                        )
+                    log(f"round {rnd} {name}: p50 {row[name]['p50_ms']} ms, server CPU "
+                        f"{row[name].get('server_cpu_ms_per_request')} ms/request")
             finally:
                 stop_server(srv)
         a, b = row["branch"]["p50_ms"], row["baseline"]["p50_ms"]
         row["p50_ratio"] = round(a / b, 4) if a and b else None
         rounds.append(row)
 
-    stats = {s: {"n": len(lat[s]), **percentiles(lat[s]), "signatures_verified": verified[s]}
+    stats = {s: {"n": len(lat[s]), **percentiles(lat[s]), "signatures_verified": verified[s],
+                 "server_cpu_ms_per_request": round(cpu[s] / served[s], 3) if served[s] else None}
              for s in series}
     for s in series:
         if verified[s] == 0:
             problems.append(f"{s}: no answer was verified")
     a, b = stats["branch"]["p50_ms"], stats["baseline"]["p50_ms"]
     ratio = round(a / b, 4) if a and b else None
+    ca = stats["branch"]["server_cpu_ms_per_request"]
+    cb = stats["baseline"]["server_cpu_ms_per_request"]
+    cpu_ratio = round(ca / cb, 4) if ca and cb else None
+    round_ratios = sorted(r["p50_ratio"] for r in rounds if r["p50_ratio"] is not None)
+    median_round_ratio = round_ratios[len(round_ratios) // 2] if round_ratios else None
     baseline_sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", args.baseline],
                                   capture_output=True, text=True).stdout.strip()
     branch_sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"],
@@ -248,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
         "latency": stats,
         "rounds": rounds,
         "p50_ratio_branch_over_baseline": ratio,
+        "median_round_p50_ratio": median_round_ratio,
+        "server_cpu_ratio_branch_over_baseline": cpu_ratio,
         "target_ratio": TARGET_RATIO,
         "target_met": None if ratio is None else ratio <= TARGET_RATIO,
         "wall_s": round(time.perf_counter() - t_start, 1),
@@ -257,16 +281,17 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     print(f"{args.agents} agents, {len(timed)} distinct intents x {args.rounds} rounds, c=1, "
           "limit 10, HTTP/2")
-    print("series                      p50 ms  p90 ms  p99 ms  verified")
+    print("series                      p50 ms  p90 ms  p99 ms  verified  server CPU ms/req")
     names = {"baseline": f"AGTP DISCOVER {baseline_sha[:7]}",
              "branch": f"AGTP DISCOVER {branch_sha[:7]}",
              "profile": f"POST profile {branch_sha[:7]}"}
     for s in ("baseline", "branch", "profile"):
         st = stats[s]
         print(f"{names[s]:<26} {st['p50_ms']:>7} {st['p90_ms']:>7} {st['p99_ms']:>7} "
-              f"{st['signatures_verified']:>9}")
+              f"{st['signatures_verified']:>9} {st['server_cpu_ms_per_request']:>18}")
     print(f"p50 branch/baseline: {ratio} (target <= {TARGET_RATIO}); per round: "
-          f"{[r['p50_ratio'] for r in rounds]}")
+          f"{[r['p50_ratio'] for r in rounds]} (median {median_round_ratio}); "
+          f"server CPU per request branch/baseline: {cpu_ratio}")
     print(f"results: {args.out}")
     if problems:
         print("\nERRORS:", *problems, sep="\n  - ", file=sys.stderr)
