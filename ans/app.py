@@ -24,8 +24,8 @@ import structlog
 
 from ans.governance.audit import rfc3339
 from ans.protocol.binding import (
-    POST_ENDPOINT,
     HTTP_METHODS,
+    POST_ENDPOINT,
     agtp_method,
     header_map,
     refused_headers_task_id,
