@@ -15,7 +15,9 @@ JSON, so start-up never decodes a manifest, and a store-wide ``change_seq``
 (bumped by every write that changes an agent row, kept in ``meta``) so a
 persisted index snapshot knows exactly which rows changed after it was
 written. v1/v2 files are migrated in place (columns backfilled from the JSON
-once).
+once). v4 stamps tombstones with the change_seq too (so a retired id with no
+agent row is in the change feed, see ``store_records``) and gives each audit
+outbox row its owning ``node``.
 
 Every state change carries its audit record into the same transaction (the
 ``audit_outbox`` table): a change is never committed without its record, and
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -44,6 +47,7 @@ from ans.protocol.errors import StorageUnavailable
 
 from .store_records import (
     AuditEntry,
+    Change,
     EventRecord,
     IndexRow,
     RegistryStore,
@@ -51,10 +55,12 @@ from .store_records import (
     Tombstone,
     gate_columns,
 )
+from .store_sqlite_schema import SCHEMA_VERSION, prepare
 
 __all__ = [
     "SCHEMA_VERSION",
     "AuditEntry",
+    "Change",
     "EventRecord",
     "IndexRow",
     "RegistryStore",
@@ -66,7 +72,20 @@ __all__ = [
 
 log = structlog.get_logger("ans.store")
 
-SCHEMA_VERSION = 3
+# How often wait_for_change looks at the feed position (SQLite has no
+# notifications across processes).
+POLL_INTERVAL = 0.01
+_TOMBSTONE_COLUMNS = "canonical_id, state, event_id, issued_at, reason, recorded_at"
+# The change feed (see store_records): agent rows, with the tombstone's state
+# winning, and tombstones of ids that have no agent row.
+_CHANGES = """SELECT a.change_seq, a.canonical_id, COALESCE(t.state, a.lifecycle_state)
+                FROM agents a LEFT JOIN tombstones t ON t.canonical_id = a.canonical_id
+               WHERE a.change_seq > ?
+              UNION ALL
+              SELECT t.change_seq, t.canonical_id, t.state FROM tombstones t
+               WHERE t.change_seq > ?
+                 AND NOT EXISTS (SELECT 1 FROM agents a WHERE a.canonical_id = t.canonical_id)
+              ORDER BY 1"""
 _AGENT_COLUMNS = (
     "canonical_id, manifest, capabilities, lifecycle_state, signer_kid, registered_at, updated_at"
 )
@@ -88,116 +107,19 @@ class SQLiteStore:
     and one reader connection (WAL readers never wait for the writer) for the
     DISCOVER hot path and the start-up scans."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, node: str = "") -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self.node = node
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA busy_timeout=5000")
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version not in (0, 1, 2, SCHEMA_VERSION):
-            raise RuntimeError(f"registry schema version {version} is newer than this ANS")
-        self._db.execute(
-            """CREATE TABLE IF NOT EXISTS agents (
-                   canonical_id    TEXT PRIMARY KEY,
-                   manifest        BLOB NOT NULL,
-                   capabilities    BLOB NOT NULL,
-                   lifecycle_state TEXT NOT NULL,
-                   signer_kid      TEXT NOT NULL,
-                   registered_at   TEXT NOT NULL,
-                   updated_at      TEXT NOT NULL,
-                   trust_tier      INTEGER,
-                   behavioral_trust_score REAL,
-                   governance_zone TEXT,
-                   org_domain      TEXT,
-                   required_scope  TEXT,
-                   change_seq      INTEGER)"""
-        )
-        self._db.execute(
-            """CREATE TABLE IF NOT EXISTS lifecycle_events (
-                   event_id     TEXT PRIMARY KEY,
-                   canonical_id TEXT NOT NULL,
-                   event        TEXT NOT NULL,
-                   issued_at    TEXT NOT NULL,
-                   applied_at   TEXT NOT NULL,
-                   signer_kid   TEXT NOT NULL,
-                   state_before TEXT,
-                   state_after  TEXT NOT NULL,
-                   document     BLOB NOT NULL)"""
-        )
-        self._db.execute(
-            "CREATE INDEX IF NOT EXISTS lifecycle_events_by_agent "
-            "ON lifecycle_events (canonical_id, issued_at)"
-        )
-        self._db.execute(
-            """CREATE TABLE IF NOT EXISTS tombstones (
-                   canonical_id TEXT PRIMARY KEY,
-                   state        TEXT NOT NULL,
-                   event_id     TEXT NOT NULL,
-                   issued_at    TEXT NOT NULL,
-                   reason       TEXT,
-                   recorded_at  TEXT NOT NULL)"""
-        )
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)"
-        )
-        # Audit records committed with their state change; the id (never
-        # reused) is the record's registry_txn in the audit log.
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS audit_outbox "
-            "(id INTEGER PRIMARY KEY AUTOINCREMENT, entry BLOB NOT NULL)"
-        )
-        if version in (1, 2):
-            self._migrate_to_v3()
-        self._db.execute("CREATE INDEX IF NOT EXISTS agents_by_change_seq ON agents (change_seq)")
-        # Covers iter_index_rows: the start-up scan reads this index only, never
-        # the rows with their manifest and capability blobs (GBs at 1M agents).
-        self._db.execute(
-            "CREATE INDEX IF NOT EXISTS agents_registry ON agents (lifecycle_state, "
-            "canonical_id, signer_kid, trust_tier, behavioral_trust_score, governance_zone, "
-            "org_domain, required_scope)"
-        )
-        self._db.execute("INSERT OR IGNORE INTO meta VALUES ('change_seq', 0)")
-        self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        prepare(self._db, self._transaction)
         self._rlock = threading.Lock()
         self._reader = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._reader.execute("PRAGMA busy_timeout=5000")
-
-    def _migrate_to_v3(self) -> None:
-        """v1/v2 -> v3 in one transaction: add the registry columns and
-        change_seq, backfilled from the stored JSON (the only time it is read
-        at start-up)."""
-        have = {row[1] for row in self._db.execute("PRAGMA table_info(agents)")}
-        with self._transaction():
-            for name, kind in (
-                ("trust_tier", "INTEGER"),
-                ("behavioral_trust_score", "REAL"),
-                ("governance_zone", "TEXT"),
-                ("org_domain", "TEXT"),
-                ("required_scope", "TEXT"),
-                ("change_seq", "INTEGER"),
-            ):
-                if name not in have:
-                    self._db.execute(f"ALTER TABLE agents ADD COLUMN {name} {kind}")
-            rows = self._db.execute(
-                "SELECT canonical_id, manifest, capabilities FROM agents ORDER BY rowid"
-            ).fetchall()
-            updates = [
-                (*gate_columns(orjson.loads(m), orjson.loads(c)), seq, cid)
-                for seq, (cid, m, c) in enumerate(rows, start=1)
-            ]
-            self._db.executemany(
-                """UPDATE agents SET trust_tier = ?, behavioral_trust_score = ?,
-                     governance_zone = ?, org_domain = ?, required_scope = ?, change_seq = ?
-                   WHERE canonical_id = ?""",
-                updates,
-            )
-            self._db.execute(
-                "INSERT OR REPLACE INTO meta VALUES ('change_seq', ?)", (len(updates),)
-            )
-            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -235,22 +157,29 @@ class SQLiteStore:
         if audit is None:
             return None
         cur = self._db.execute(
-            "INSERT INTO audit_outbox (entry) VALUES (?)",
-            (orjson.dumps(dict(audit), option=orjson.OPT_SORT_KEYS),),
+            "INSERT INTO audit_outbox (entry, node) VALUES (?, ?)",
+            (orjson.dumps(dict(audit), option=orjson.OPT_SORT_KEYS), self.node),
         )
         return cur.lastrowid
 
-    def audit_outbox(self) -> list[tuple[int, dict[str, Any]]]:
-        """Every queued audit entry (id, entry), oldest first."""
+    def audit_outbox(self, node: str | None = None) -> list[tuple[int, dict[str, Any]]]:
+        """``node``'s (default: this store's node) queued audit entries (id,
+        entry), oldest first."""
         with self._lock:
-            rows = self._db.execute("SELECT id, entry FROM audit_outbox ORDER BY id").fetchall()
+            rows = self._db.execute(
+                "SELECT id, entry FROM audit_outbox WHERE node = ? ORDER BY id",
+                (self.node if node is None else node,),
+            ).fetchall()
         return [(int(i), orjson.loads(e)) for i, e in rows]
 
-    def trim_audit_outbox(self, upto: int) -> None:
-        """Forget the queued entries up to id ``upto`` (they are in the audit
-        log, synced)."""
+    def trim_audit_outbox(self, upto: int, node: str | None = None) -> None:
+        """Forget ``node``'s queued entries up to id ``upto`` (they are in its
+        audit log, synced)."""
         with self._lock, self._transaction():
-            self._db.execute("DELETE FROM audit_outbox WHERE id <= ?", (upto,))
+            self._db.execute(
+                "DELETE FROM audit_outbox WHERE node = ? AND id <= ?",
+                (self.node if node is None else node, upto),
+            )
 
     def _bump(self, n: int = 1) -> int:
         """Reserve ``n`` change_seq values inside the current write transaction;
@@ -364,11 +293,34 @@ class SQLiteStore:
         ):
             yield self._row(row)
 
+    def changes_since(self, seq: int, limit: int | None = None) -> list[Change]:
+        """The change feed after ``seq`` (see ``store_records``): one Change per
+        canonical id, oldest first, at most ``limit``."""
+        sql = _CHANGES + (" LIMIT ?" if limit is not None else "")
+        params: tuple[Any, ...] = (seq, seq) if limit is None else (seq, seq, limit)
+        with self._rlock:
+            rows = self._reader.execute(sql, params).fetchall()
+        return [Change(int(s), cid, state) for s, cid, state in rows]
+
     def max_seq(self) -> int:
-        """The change_seq of the last write to any agent row (0 for none)."""
-        with self._lock:
-            row = self._db.execute("SELECT value FROM meta WHERE key = 'change_seq'").fetchone()
+        """The feed position: the change_seq of the last committed write (0 for
+        none). One primary-key read on the reader connection, so it never
+        waits for a write in progress."""
+        with self._rlock:
+            row = self._reader.execute("SELECT value FROM meta WHERE key = 'change_seq'").fetchone()
         return int(row[0]) if row else 0
+
+    def wait_for_change(self, seq: int, timeout: float) -> int:
+        """Block until the feed position passes ``seq`` or ``timeout`` seconds
+        pass (polled every POLL_INTERVAL: other processes may write the file);
+        the position then."""
+        deadline = time.monotonic() + timeout
+        while (head := self.max_seq()) <= seq:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(POLL_INTERVAL, left))
+        return head
 
     def apply_lifecycle(
         self,
@@ -380,10 +332,11 @@ class SQLiteStore:
         """One transaction: the agent's new state, the event, the tombstone,
         the audit record (its outbox id is returned)."""
         with self._lock, self._transaction():
+            seq = self._bump()
             self._db.execute(
                 "UPDATE agents SET lifecycle_state = ?, updated_at = ?, change_seq = ? "
                 "WHERE canonical_id = ?",
-                (event.state_after, updated_at, self._bump(), event.canonical_id),
+                (event.state_after, updated_at, seq, event.canonical_id),
             )
             self._db.execute(
                 "INSERT INTO lifecycle_events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -401,11 +354,12 @@ class SQLiteStore:
             )
             if tombstone is not None:
                 self._db.execute(
-                    """INSERT INTO tombstones VALUES (?, ?, ?, ?, ?, ?)
+                    """INSERT INTO tombstones (canonical_id, state, event_id, issued_at,
+                         reason, recorded_at, change_seq) VALUES (?, ?, ?, ?, ?, ?, ?)
                        ON CONFLICT(canonical_id) DO UPDATE SET
                          state=excluded.state, event_id=excluded.event_id,
                          issued_at=excluded.issued_at, reason=excluded.reason,
-                         recorded_at=excluded.recorded_at""",
+                         recorded_at=excluded.recorded_at, change_seq=excluded.change_seq""",
                     (
                         tombstone.canonical_id,
                         tombstone.state,
@@ -413,6 +367,7 @@ class SQLiteStore:
                         tombstone.issued_at,
                         tombstone.reason,
                         tombstone.recorded_at,
+                        seq,
                     ),
                 )
             return self._outbox(audit)
@@ -450,7 +405,8 @@ class SQLiteStore:
     def tombstone(self, canonical_id: str) -> Tombstone | None:
         with self._lock:
             row = self._db.execute(
-                "SELECT * FROM tombstones WHERE canonical_id = ?", (canonical_id,)
+                f"SELECT {_TOMBSTONE_COLUMNS} FROM tombstones WHERE canonical_id = ?",  # noqa: S608
+                (canonical_id,),
             ).fetchone()
         return Tombstone(*row) if row else None
 

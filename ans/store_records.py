@@ -1,8 +1,58 @@
 """What the registry store holds and promises: the record types it reads and
 writes (a stored agent, the gate columns of an index row, an applied
 lifecycle event, a tombstone, an audit entry) and the ``RegistryStore``
-protocol the service is written against. ``SQLiteStore`` (``store.py``) is
-the implementation; tests may bring their own.
+protocol the service is written against. ``SQLiteStore`` (``store.py``) and
+``PostgresStore`` (``store_pg.py``) implement it; ``open_store`` (``store_open.py``)
+picks one from a ``--store`` value; ``tests/ans/test_store_contract.py`` holds
+both to the same contract.
+
+The change feed
+---------------
+Every write that can change what DISCOVER serves -- an agent upserted
+(ACTIVATE, import, refresh), a lifecycle transition (SUSPEND, REINSTATE,
+DEPRECATE, REVOKE, a refresh removal) and the tombstone it leaves, even for a
+canonical id that never had an agent row -- takes the next value(s) of one
+store-wide counter, ``change_seq``, *inside its own write transaction*, and
+stamps it on the rows it writes (the agent row and/or the tombstone). So:
+
+- ``max_seq()`` is the feed position: the highest change_seq committed (0 for
+  an empty store). It is one primary-key read; call it before answering.
+- ``changes_since(seq)`` lists, oldest first, one ``Change`` per canonical id
+  whose agent row or tombstone was written after ``seq``: its latest seq and
+  its *effective* state (the tombstone's state when there is one -- a
+  tombstone always wins over the agent row -- else the row's
+  ``lifecycle_state``).
+- Seqs are monotonic in commit order: a change that commits after a reader
+  saw position N has a seq > N (writers serialise on the counter, see each
+  store). So a follower that has applied everything up to N never skips a
+  change by moving to the highest seq it was given. Seqs may have gaps
+  (``upsert_many`` of an agent written twice, a lifecycle event on an id with
+  neither row); a follower never waits for a missing seq.
+
+A follower (another worker or node over the same store) keeps ``pos`` and,
+before each DISCOVER::
+
+    head = store.max_seq()
+    if head > pos:
+        for ch in store.changes_since(pos):
+            if ch.state == "Active": fetch the row (get_many) and index it
+            else: drop ch.canonical_id from the index; it is withdrawn
+                  (served as such) when ch.state is in WITHDRAWN_STATES
+            pos = max(pos, ch.seq)
+        pos = max(pos, head)
+
+``wait_for_change(seq, timeout)`` blocks until the position passes ``seq``
+(PostgreSQL: LISTEN/NOTIFY, with polling as the fallback; SQLite: polling),
+so a follower can also catch up in the background between queries.
+
+The audit outbox
+----------------
+Every state change carries its unchained audit record into the same
+transaction (``audit_outbox``). Each row has an owner, ``node``: the store
+instance's ``node`` (given when it is opened; ``""`` by default). A node (or
+worker) recovers and trims only its own rows, so several writers over one
+store keep one hash-chained audit log each. Outbox ids come from one counter,
+are never reused, and within one node increase in commit order.
 """
 
 from __future__ import annotations
@@ -78,11 +128,31 @@ class Tombstone:
     recorded_at: str
 
 
+# Effective states in which an agent must not be served (``withdrawn()``):
+# Suspended agents and tombstoned (retired) canonical ids.
+WITHDRAWN_STATES = frozenset({"Suspended", "Revoked", "Deprecated"})
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One change-feed entry: ``canonical_id`` was written at ``seq``; its
+    effective state is now ``state`` (tombstone state, else lifecycle_state)."""
+
+    seq: int
+    canonical_id: str
+    state: str
+
+
 # An audit record not yet chained (AuditLog.entry), committed with its change.
 AuditEntry = Mapping[str, Any]
 
 
 class RegistryStore(Protocol):
+    """The registry store. ``node`` owns the audit-outbox rows this instance
+    writes; ``audit_outbox``/``trim_audit_outbox`` default to it."""
+
+    node: str
+
     def upsert(self, agent: StoredAgent, audit: AuditEntry | None = None) -> int | None: ...
     def upsert_many(
         self, agents: Sequence[StoredAgent], audit: AuditEntry | None = None
@@ -91,8 +161,25 @@ class RegistryStore(Protocol):
     def get_many(self, canonical_ids: Iterable[str]) -> dict[str, StoredAgent]: ...
     def iter_active(self) -> Iterator[StoredAgent]: ...
     def iter_index_rows(self) -> Iterator[IndexRow]: ...
-    def changed_since(self, seq: int) -> Iterator[StoredAgent]: ...
-    def max_seq(self) -> int: ...
+    def changed_since(self, seq: int) -> Iterator[StoredAgent]:
+        """Every agent row (any state) written after ``seq``, oldest first
+        (tombstones of ids without a row are not in it: see changes_since)."""
+        ...
+
+    def changes_since(self, seq: int, limit: int | None = None) -> list[Change]:
+        """The change feed after ``seq``: one Change per canonical id (its
+        latest seq), ordered by seq, at most ``limit`` of them."""
+        ...
+
+    def max_seq(self) -> int:
+        """The feed position: the highest committed change_seq (0: none)."""
+        ...
+
+    def wait_for_change(self, seq: int, timeout: float) -> int:
+        """Block until ``max_seq() > seq`` or ``timeout`` seconds pass; the
+        position then."""
+        ...
+
     def apply_lifecycle(
         self,
         event: EventRecord,
@@ -100,8 +187,15 @@ class RegistryStore(Protocol):
         tombstone: Tombstone | None,
         audit: AuditEntry | None = None,
     ) -> int | None: ...
-    def audit_outbox(self) -> list[tuple[int, dict[str, Any]]]: ...
-    def trim_audit_outbox(self, upto: int) -> None: ...
+    def audit_outbox(self, node: str | None = None) -> list[tuple[int, dict[str, Any]]]:
+        """``node``'s (default: this instance's) queued audit entries (id,
+        entry), oldest first."""
+        ...
+
+    def trim_audit_outbox(self, upto: int, node: str | None = None) -> None:
+        """Forget ``node``'s queued entries with id <= ``upto``."""
+        ...
+
     def get_event(self, event_id: str) -> EventRecord | None: ...
     def last_event(self, canonical_id: str) -> EventRecord | None: ...
     def tombstone(self, canonical_id: str) -> Tombstone | None: ...

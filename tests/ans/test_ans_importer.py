@@ -160,7 +160,7 @@ def test_v2_database_is_migrated_in_place(
     db.close()
 
     store = SQLiteStore(path)
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 3
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 4
     assert store.max_seq() == 2
     (row,) = list(store.iter_index_rows())  # Active only
     assert row.canonical_id == a["canonical_id"]
