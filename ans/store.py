@@ -43,7 +43,7 @@ from typing import Any
 import orjson
 import structlog
 
-from ans.protocol.errors import StorageUnavailable
+from ans.protocol.errors import Conflict, StorageUnavailable
 
 from .store_records import (
     AuditEntry,
@@ -54,6 +54,8 @@ from .store_records import (
     StoredAgent,
     Tombstone,
     gate_columns,
+    refuse_overwrite,
+    refuse_stale_transition,
 )
 from .store_sqlite_schema import SCHEMA_VERSION, prepare
 
@@ -102,6 +104,21 @@ _UPSERT = """INSERT INTO agents (canonical_id, manifest, capabilities, lifecycle
                required_scope=excluded.required_scope, change_seq=excluded.change_seq"""
 
 
+def _unavailable(what: str, path: Path, exc: sqlite3.Error) -> StorageUnavailable:
+    log.error(
+        f"registry {what} failed" + ("; nothing applied" if what == "write" else ""),
+        path=str(path),
+        error=str(exc),
+        sqlite_error=getattr(exc, "sqlite_errorname", None),
+    )
+    if what == "write":
+        return StorageUnavailable(
+            "the registry cannot be written right now (storage unavailable); "
+            "nothing was applied, retry later"
+        )
+    return StorageUnavailable("the registry cannot be read right now (storage unavailable)")
+
+
 class SQLiteStore:
     """Thread-safe SQLite registry: one writer connection serialized by a lock,
     and one reader connection (WAL readers never wait for the writer) for the
@@ -112,6 +129,7 @@ class SQLiteStore:
         self.path = path
         self.node = node
         self._lock = threading.Lock()
+        self._closed = False
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
@@ -120,6 +138,20 @@ class SQLiteStore:
         self._rlock = threading.Lock()
         self._reader = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._reader.execute("PRAGMA busy_timeout=5000")
+
+    @contextmanager
+    def _reading(self, lock: threading.Lock) -> Iterator[None]:
+        """Hold ``lock`` for a read; a registry that cannot be read (I/O
+        error, closed) is 503 ``storage_unavailable``."""
+        with lock:
+            try:
+                yield
+            except sqlite3.OperationalError as exc:
+                raise _unavailable("read", self.path, exc) from exc
+            except sqlite3.ProgrammingError as exc:
+                if not self._closed:
+                    raise
+                raise _unavailable("read", self.path, exc) from exc
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -140,17 +172,16 @@ class SQLiteStore:
                     except sqlite3.Error as rollback:
                         exc.add_note(f"ROLLBACK failed too: {rollback}")
                 raise
-        except sqlite3.OperationalError as exc:
-            log.error(
-                "registry write failed; nothing applied",
-                path=str(self.path),
-                error=str(exc),
-                sqlite_error=getattr(exc, "sqlite_errorname", None),
-            )
-            raise StorageUnavailable(
-                "the registry cannot be written right now (storage unavailable); "
-                "nothing was applied, retry later"
+        except sqlite3.IntegrityError as exc:  # e.g. the same event_id applied meanwhile
+            raise Conflict(
+                "a concurrent writer applied the same change first; nothing was applied, retry"
             ) from exc
+        except sqlite3.OperationalError as exc:
+            raise _unavailable("write", self.path, exc) from exc
+        except sqlite3.ProgrammingError as exc:
+            if not self._closed:
+                raise
+            raise _unavailable("write", self.path, exc) from exc
 
     def _outbox(self, audit: AuditEntry | None) -> int | None:
         """Queue ``audit`` in the current transaction; its outbox id."""
@@ -165,7 +196,7 @@ class SQLiteStore:
     def audit_outbox(self, node: str | None = None) -> list[tuple[int, dict[str, Any]]]:
         """``node``'s (default: this store's node) queued audit entries (id,
         entry), oldest first."""
-        with self._lock:
+        with self._reading(self._lock):
             rows = self._db.execute(
                 "SELECT id, entry FROM audit_outbox WHERE node = ? ORDER BY id",
                 (self.node if node is None else node,),
@@ -179,6 +210,22 @@ class SQLiteStore:
             self._db.execute(
                 "DELETE FROM audit_outbox WHERE node = ? AND id <= ?",
                 (self.node if node is None else node, upto),
+            )
+
+    def _refuse_overwrite(self, ids: list[str]) -> None:
+        """In the write transaction: no id about to be upserted is tombstoned or
+        Suspended (``refuse_overwrite``)."""
+        for i in range(0, len(ids), 400):
+            chunk = ids[i : i + 400]
+            marks = ",".join("?" * len(chunk))
+            refuse_overwrite(
+                self._db.execute(
+                    f"SELECT canonical_id, state, NULL FROM tombstones "  # noqa: S608
+                    f"WHERE canonical_id IN ({marks}) UNION ALL "
+                    f"SELECT canonical_id, NULL, lifecycle_state FROM agents "
+                    f"WHERE canonical_id IN ({marks}) AND lifecycle_state = 'Suspended'",
+                    chunk + chunk,
+                ).fetchall()
             )
 
     def _bump(self, n: int = 1) -> int:
@@ -214,6 +261,7 @@ class SQLiteStore:
         if not agents:
             return None
         with self._lock, self._transaction():
+            self._refuse_overwrite([a.canonical_id for a in agents])
             first = self._bump(len(agents))
             self._db.executemany(
                 _UPSERT, [self._params(a, first + i) for i, a in enumerate(agents)]
@@ -232,7 +280,7 @@ class SQLiteStore:
         )
 
     def get(self, canonical_id: str) -> StoredAgent | None:
-        with self._lock:
+        with self._reading(self._lock):
             row = self._db.execute(
                 f"SELECT {_AGENT_COLUMNS} FROM agents WHERE canonical_id = ?",  # noqa: S608
                 (canonical_id,),
@@ -246,7 +294,7 @@ class SQLiteStore:
         for i in range(0, len(ids), 500):
             chunk = ids[i : i + 500]
             marks = ",".join("?" * len(chunk))
-            with self._rlock:
+            with self._reading(self._rlock):
                 rows = self._reader.execute(
                     f"SELECT {_AGENT_COLUMNS} FROM agents WHERE canonical_id IN ({marks})",  # noqa: S608
                     chunk,
@@ -257,11 +305,11 @@ class SQLiteStore:
 
     def _scan(self, sql: str, params: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
         """Stream a query on the reader connection in chunks (never all rows at once)."""
-        with self._rlock:
+        with self._reading(self._rlock):
             cur = self._reader.execute(sql, params)
         try:
             while True:
-                with self._rlock:
+                with self._reading(self._rlock):
                     rows = cur.fetchmany(4096)
                 if not rows:
                     return
@@ -298,7 +346,7 @@ class SQLiteStore:
         canonical id, oldest first, at most ``limit``."""
         sql = _CHANGES + (" LIMIT ?" if limit is not None else "")
         params: tuple[Any, ...] = (seq, seq) if limit is None else (seq, seq, limit)
-        with self._rlock:
+        with self._reading(self._rlock):
             rows = self._reader.execute(sql, params).fetchall()
         return [Change(int(s), cid, state) for s, cid, state in rows]
 
@@ -306,7 +354,7 @@ class SQLiteStore:
         """The feed position: the change_seq of the last committed write (0 for
         none). One primary-key read on the reader connection, so it never
         waits for a write in progress."""
-        with self._rlock:
+        with self._reading(self._rlock):
             row = self._reader.execute("SELECT value FROM meta WHERE key = 'change_seq'").fetchone()
         return int(row[0]) if row else 0
 
@@ -332,6 +380,14 @@ class SQLiteStore:
         """One transaction: the agent's new state, the event, the tombstone,
         the audit record (its outbox id is returned)."""
         with self._lock, self._transaction():
+            cid = event.canonical_id
+            tomb = self._db.execute(
+                "SELECT state FROM tombstones WHERE canonical_id = ?", (cid,)
+            ).fetchone()
+            row = self._db.execute(
+                "SELECT lifecycle_state FROM agents WHERE canonical_id = ?", (cid,)
+            ).fetchone()
+            refuse_stale_transition(event, tomb[0] if tomb else (row[0] if row else None))
             seq = self._bump()
             self._db.execute(
                 "UPDATE agents SET lifecycle_state = ?, updated_at = ?, change_seq = ? "
@@ -387,14 +443,14 @@ class SQLiteStore:
         )
 
     def get_event(self, event_id: str) -> EventRecord | None:
-        with self._lock:
+        with self._reading(self._lock):
             row = self._db.execute(
                 "SELECT * FROM lifecycle_events WHERE event_id = ?", (event_id,)
             ).fetchone()
         return self._event(row) if row else None
 
     def last_event(self, canonical_id: str) -> EventRecord | None:
-        with self._lock:
+        with self._reading(self._lock):
             row = self._db.execute(
                 "SELECT * FROM lifecycle_events WHERE canonical_id = ? "
                 "ORDER BY issued_at DESC, applied_at DESC LIMIT 1",
@@ -403,7 +459,7 @@ class SQLiteStore:
         return self._event(row) if row else None
 
     def tombstone(self, canonical_id: str) -> Tombstone | None:
-        with self._lock:
+        with self._reading(self._lock):
             row = self._db.execute(
                 f"SELECT {_TOMBSTONE_COLUMNS} FROM tombstones WHERE canonical_id = ?",  # noqa: S608
                 (canonical_id,),
@@ -413,7 +469,7 @@ class SQLiteStore:
     def withdrawn(self) -> dict[str, str]:
         """canonical_id -> state for every agent that must not be served:
         tombstoned ids and Suspended agents."""
-        with self._lock:
+        with self._reading(self._lock):
             rows = self._db.execute(
                 "SELECT canonical_id, lifecycle_state FROM agents "
                 "WHERE lifecycle_state = 'Suspended' "
@@ -422,11 +478,12 @@ class SQLiteStore:
         return {cid: state for cid, state in rows}
 
     def count(self) -> int:
-        with self._lock:
+        with self._reading(self._lock):
             return int(self._db.execute("SELECT COUNT(*) FROM agents").fetchone()[0])
 
     def close(self) -> None:
+        self._closed = True
         with self._rlock:
             self._reader.close()
-        with self._lock:
+        with self._reading(self._lock):
             self._db.close()

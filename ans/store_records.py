@@ -61,6 +61,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ans.protocol.errors import Conflict, ErrorCode, Gone
+
 
 @dataclass(frozen=True, slots=True)
 class StoredAgent:
@@ -141,6 +143,36 @@ class Change:
     seq: int
     canonical_id: str
     state: str
+
+
+def refuse_overwrite(found: Iterable[tuple[str, str | None, str | None]]) -> None:
+    """The store's own check, inside its write transaction, that an upsert
+    changes nothing another writer (worker or node) has retired or suspended
+    since the caller looked: ``found`` is (canonical_id, tombstone state,
+    stored lifecycle_state) of the ids about to be written. 410
+    ``agent_retired`` / 409 ``agent_suspended``; nothing is written."""
+    for cid, tomb, state in found:
+        if tomb is not None:
+            raise Gone(
+                f"agent {cid[:80]} is {tomb}; its canonical id is retired",
+                code=ErrorCode.AGENT_RETIRED,
+            )
+        if state == "Suspended":
+            raise Conflict(
+                f"agent {cid[:80]} was suspended meanwhile; use REINSTATE",
+                code=ErrorCode.AGENT_SUSPENDED,
+            )
+
+
+def refuse_stale_transition(event: EventRecord, current: str | None) -> None:
+    """Inside the write transaction: the agent's effective state must still be
+    the ``state_before`` the caller checked the transition against (another
+    writer may have changed it since); else 409 and nothing is written."""
+    if current != event.state_before:
+        raise Conflict(
+            f"agent {event.canonical_id[:80]} changed state while {event.event} was applied "
+            f"(now {current}, was {event.state_before}); nothing was applied, retry"
+        )
 
 
 # An audit record not yet chained (AuditLog.entry), committed with its change.
