@@ -98,6 +98,9 @@ class Config:
     tls_client_ca: Path | None = None  # CA bundle for client certificates (auth mode mtls)
     # [ans] identity of this server
     data_dir: Path = Path("ans-data")
+    # The registry store: "" for SQLite in data_dir (the embedded default), a
+    # path to a SQLite file, or a postgresql:// URL shared by several nodes.
+    store: str = ""
     agent_id: str = "agtp://localhost/agents/ans"
     agent_label: str = "ans"
     org_domain: str = "localhost"
@@ -350,6 +353,7 @@ _SECTIONS = {
     },
     "ans": {
         "data_dir",
+        "store",
         "agent_id",
         "agent_label",
         "org_domain",

@@ -8,11 +8,9 @@ address, not a traceback after a minute of index loading. Each raises
 from __future__ import annotations
 
 import socket
-import sqlite3
 from pathlib import Path
 
 from .config import Config, ConfigError
-from .store import SQLiteStore
 
 
 def check_data_dir(data: Path) -> None:
@@ -71,12 +69,3 @@ def check_serve(config: Config) -> None:
     check_port(*config.host_port, "--listen")
     if config.native_host_port is not None:
         check_port(*config.native_host_port, "--native-listen")
-
-
-def open_registry(path: Path) -> SQLiteStore:
-    """The registry store, or a ConfigError naming the file when it is not a
-    registry this ANS can read (corrupt, not SQLite, a newer schema)."""
-    try:
-        return SQLiteStore(path)
-    except (sqlite3.DatabaseError, RuntimeError) as exc:
-        raise ConfigError(f"registry {path}: {exc}") from None

@@ -130,6 +130,7 @@ class SQLiteStore:
         self.node = node
         self._lock = threading.Lock()
         self._closed = False
+        self._local = threading.local()
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
@@ -260,13 +261,16 @@ class SQLiteStore:
         their audit record; returns the record's outbox id."""
         if not agents:
             return None
+        self._local.written = None
         with self._lock, self._transaction():
             self._refuse_overwrite([a.canonical_id for a in agents])
             first = self._bump(len(agents))
             self._db.executemany(
                 _UPSERT, [self._params(a, first + i) for i, a in enumerate(agents)]
             )
-            return self._outbox(audit)
+            ref = self._outbox(audit)
+        self._local.written = (first, first + len(agents) - 1)
+        return ref
 
     def _row(self, row: tuple[Any, ...]) -> StoredAgent:
         return StoredAgent(
@@ -350,6 +354,13 @@ class SQLiteStore:
             rows = self._reader.execute(sql, params).fetchall()
         return [Change(int(s), cid, state) for s, cid, state in rows]
 
+    def written_seqs(self) -> tuple[int, int] | None:
+        """(first, last) change_seq taken by the calling thread's last
+        successful upsert/upsert_many/apply_lifecycle through this instance
+        (None before any, or after a failed one)."""
+        written: tuple[int, int] | None = getattr(self._local, "written", None)
+        return written
+
     def max_seq(self) -> int:
         """The feed position: the change_seq of the last committed write (0 for
         none). One primary-key read on the reader connection, so it never
@@ -379,6 +390,7 @@ class SQLiteStore:
     ) -> int | None:
         """One transaction: the agent's new state, the event, the tombstone,
         the audit record (its outbox id is returned)."""
+        self._local.written = None
         with self._lock, self._transaction():
             cid = event.canonical_id
             tomb = self._db.execute(
@@ -426,7 +438,9 @@ class SQLiteStore:
                         seq,
                     ),
                 )
-            return self._outbox(audit)
+            ref = self._outbox(audit)
+        self._local.written = (seq, seq)
+        return ref
 
     @staticmethod
     def _event(row: tuple[Any, ...]) -> EventRecord:

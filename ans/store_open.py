@@ -15,6 +15,7 @@ one-line ``ConfigError``; a password in the URL is never shown.
 from __future__ import annotations
 
 import re
+import secrets
 import sqlite3
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from .store import SQLiteStore
 from .store_records import RegistryStore
 
 REGISTRY_FILE = "registry.sqlite3"
+NODE_ID_FILE = "node-id"
 _PG_SCHEMES = ("postgresql://", "postgres://")
 
 
@@ -61,6 +63,31 @@ def open_store(
         return SQLiteStore(path, node=node)
     except (sqlite3.DatabaseError, RuntimeError) as exc:
         raise ConfigError(f"registry {path}: {exc}") from None
+
+
+def default_node(target: str | Path | None, data_dir: Path) -> str:
+    """Who owns the audit-outbox rows this server writes: ``""`` for SQLite
+    (one server per file; the rows of schema v3 are ``""``), and for
+    PostgreSQL the id kept in ``DATA-DIR/node-id`` (made at the first start),
+    so each node -- with its own data directory and audit log -- recovers
+    only its own records after a crash."""
+    if not is_postgres(target):
+        return ""
+    path = data_dir / NODE_ID_FILE
+    try:
+        node = path.read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        node = ""
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    if not node:
+        node = "node-" + secrets.token_hex(8)
+        try:
+            data_dir.mkdir(parents=True, exist_ok=True)
+            path.write_text(node + "\n", encoding="ascii")
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot write the node id: {exc}") from None
+    return node
 
 
 def _open_postgres(url: str, node: str) -> RegistryStore:

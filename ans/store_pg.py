@@ -39,6 +39,7 @@ are idempotent).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -135,6 +136,7 @@ class PostgresStore:
             name="ans-store",
         )
         self._pool.open(wait=True, timeout=timeout)
+        self._local = threading.local()
         self._listener = ChangeListener(conninfo, self._channel, timeout)
 
     # -- plumbing -------------------------------------------------------------
@@ -253,6 +255,7 @@ class PostgresStore:
         record; returns the record's outbox id."""
         if not agents:
             return None
+        self._local.written = None
         with self._write() as conn:
             first = self._bump(conn, len(agents))
             ids = [a.canonical_id for a in agents]
@@ -283,7 +286,9 @@ class PostgresStore:
                         for i, a in enumerate(agents)
                     ],
                 )
-            return self._outbox(conn, audit)
+            ref = self._outbox(conn, audit)
+        self._local.written = (first, first + len(agents) - 1)
+        return ref
 
     def apply_lifecycle(
         self,
@@ -295,6 +300,7 @@ class PostgresStore:
         """One transaction: the agent's new state, the event, the tombstone,
         the audit record (its outbox id is returned)."""
         cid = event.canonical_id
+        self._local.written = None
         with self._write() as conn:
             seq = self._bump(conn)
             row = conn.execute(
@@ -342,7 +348,9 @@ class PostgresStore:
                         seq,
                     ),
                 )
-            return self._outbox(conn, audit)
+            ref = self._outbox(conn, audit)
+        self._local.written = (seq, seq)
+        return ref
 
     def audit_outbox(self, node: str | None = None) -> list[tuple[int, dict[str, Any]]]:
         """``node``'s (default: this store's node) queued audit entries, oldest first."""
@@ -414,6 +422,13 @@ class PostgresStore:
         query = _CHANGES + (" LIMIT %(limit)s" if limit is not None else "")
         rows = self._read(lambda conn: conn.execute(query, {"seq": seq, "limit": limit}).fetchall())
         return [Change(int(s), cid, state) for s, cid, state in rows]
+
+    def written_seqs(self) -> tuple[int, int] | None:
+        """(first, last) change_seq taken by the calling thread's last
+        successful upsert/upsert_many/apply_lifecycle through this instance
+        (None before any, or after a failed one)."""
+        written: tuple[int, int] | None = getattr(self._local, "written", None)
+        return written
 
     def max_seq(self) -> int:
         """The feed position: one primary-key read of the counter row (the

@@ -41,6 +41,18 @@ before each DISCOVER::
             pos = max(pos, ch.seq)
         pos = max(pos, head)
 
+A writer that follows the feed too (its own index already holds what it
+wrote) must not jump to ``max_seq()`` after its own write: on another node
+(or worker without a shared lock) a change may have committed between its
+catch-up and its write, or between its write and that read. It uses
+``written_seqs()`` instead::
+
+    # caught up to pos, then wrote
+    first, last = store.written_seqs()
+    if first == pos + 1:
+        pos = last      # nothing else in between; later changes come from the feed
+    # else: leave pos; the next catch-up re-applies our own rows too (harmless)
+
 ``wait_for_change(seq, timeout)`` blocks until the position passes ``seq``
 (PostgreSQL: LISTEN/NOTIFY, with polling as the fallback; SQLite: polling),
 so a follower can also catch up in the background between queries.
@@ -210,6 +222,15 @@ class RegistryStore(Protocol):
     def wait_for_change(self, seq: int, timeout: float) -> int:
         """Block until ``max_seq() > seq`` or ``timeout`` seconds pass; the
         position then."""
+        ...
+
+    def written_seqs(self) -> tuple[int, int] | None:
+        """(first, last) change_seq taken by the calling thread's last
+        successful write through this instance (None before any / after a
+        failed one). A writer that was caught up to ``pos`` before writing
+        may move to ``last`` without re-reading its own rows only if
+        ``first == pos + 1``; otherwise another writer committed in between
+        and it must catch up from ``pos`` (see "The change feed")."""
         ...
 
     def apply_lifecycle(

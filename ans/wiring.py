@@ -44,14 +44,13 @@ from .matcher import (
     profile_from,
 )
 from .outbox import Outbox
-from .preflight import open_registry
 from .service import AnsService, Clock, utc_now
-from .store import RegistryStore, SQLiteStore
+from .store import RegistryStore
+from .store_open import default_node, open_store
 
 SIGNING_KEY_FILE = "ans-signing-key.pem"
 DEMO_GOVERNANCE_KEY_FILE = "demo-governance-key.pem"
 OUTBOX_FILE = "outbox.sqlite3"
-REGISTRY_FILE = "registry.sqlite3"
 INDEX_DIR = "index"
 log = structlog.get_logger("ans.server")
 
@@ -192,7 +191,7 @@ def build_service(
     t0 = time.perf_counter()
     # The registry first: one that cannot be read stops the start before a
     # signing key is made for it.
-    store = open_registry(data / REGISTRY_FILE)
+    store = open_store(config.store or None, data_dir=data, node=default_node(config.store, data))
     signing_key = load_signing_key(data / SIGNING_KEY_FILE)
     trusted = load_keys(config.governance_jwks)
     demo_key = None
@@ -286,7 +285,7 @@ def build_offline_service(
     import faiss
 
     faiss.omp_set_num_threads(1)
-    store = SQLiteStore(data / REGISTRY_FILE)
+    store = open_store(config.store or None, data_dir=data, node=default_node(config.store, data))
     audit = AuditLog(data / "audit.jsonl", clock, fsync=config.audit_fsync)
     service, snapshot, _ = _assemble(config, store, audit, signing_key, trusted, embedder, clock)
     service.load(snapshot)
@@ -295,7 +294,7 @@ def build_offline_service(
 
 def _assemble(
     config: Config,
-    store: SQLiteStore,
+    store: RegistryStore,
     audit: AuditLog,
     signing_key: SigningKey,
     trusted: TrustedKeys,
@@ -341,7 +340,7 @@ def rewire_worker(built: Built, config: Config, worker: int, applied: int) -> Fo
     change feed from ``applied``. The follower is returned, started."""
     service = built.service
     data = config.data_dir
-    store = open_registry(data / REGISTRY_FILE)
+    store = open_store(config.store or None, data_dir=data, node=default_node(config.store, data))
     audit = worker_audit(config, service.clock)(worker)
     # Its own rows only: the supervisor completes the others' logs and trims.
     recover_audit(store, audit, worker=worker, trim=False)

@@ -364,11 +364,15 @@ def _complete_audit(config: Config, clock: Clock) -> None:
     """Once every worker has exited: every worker's log completed from the
     outbox, and the outbox trimmed."""
     from .audited import recover_workers
-    from .preflight import open_registry
-    from .wiring import REGISTRY_FILE, worker_audit
+    from .store_open import default_node, open_store
+    from .wiring import worker_audit
 
     try:
-        store = open_registry(config.data_dir / REGISTRY_FILE)
+        store = open_store(
+            config.store or None,
+            data_dir=config.data_dir,
+            node=default_node(config.store, config.data_dir),
+        )
     except Exception as exc:
         log.error("audit logs not completed at exit", error=str(exc)[:200])
         return

@@ -44,6 +44,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--data-dir", type=Path, help="where the registry, keys and audit log live")
     s.add_argument(
+        "--store",
+        metavar="PATH|URL",
+        help="the registry store: a SQLite file (default DATA-DIR/registry.sqlite3) or "
+        "postgresql://... shared by several ANS nodes",
+    )
+    s.add_argument(
         "--workers",
         type=int,
         metavar="N",
@@ -85,6 +91,7 @@ def _parser() -> argparse.ArgumentParser:
         help='one ACTIVATE parameters object per line: {"manifest": ..., "capabilities": ...}',
     )
     im.add_argument("--data-dir", type=Path, help="the server's data directory")
+    im.add_argument("--store", metavar="PATH|URL", help="the registry store (as ans serve)")
     im.add_argument("--config", type=Path, help="TOML configuration file")
     im.add_argument(
         "--governance-jwks",

@@ -25,6 +25,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         listen=args.listen,
         native_listen=args.native_listen,
         data_dir=args.data_dir,
+        store=args.store,
         governance_jwks=tuple(args.governance_jwks) if args.governance_jwks else None,
         demo=args.demo,
         log_format=args.log_format,
@@ -86,6 +87,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     cfg = config_mod.load(
         args.config,
         data_dir=args.data_dir,
+        store=args.store,
         governance_jwks=tuple(args.governance_jwks) if args.governance_jwks else None,
     )
     check_data_dir(cfg.data_dir)  # a mistyped --data-dir must not become a fresh registry

@@ -331,6 +331,27 @@ def test_followers_over_concurrent_writers_never_skip_a_change(backend: Backend)
         assert {e["by"] for _, e in rows} == {w}
 
 
+def test_written_seqs_name_the_callers_own_write(backend: Backend) -> None:
+    store, other = backend.open(), backend.open()
+    assert store.written_seqs() is None
+    store.upsert(agent("a"))
+    assert store.written_seqs() == (1, 1)
+    other.upsert_many([agent("b"), agent("c")])  # another node in between
+    store.upsert_many([agent("d"), agent("e"), agent("f")])
+    assert store.written_seqs() == (4, 6)  # first != 1 + 1: someone else wrote seqs 2..3
+    assert other.written_seqs() == (2, 3)
+    store.apply_lifecycle(event("d", "SUSPEND", "Active", "Suspended"), "t", None)
+    assert store.written_seqs() == (7, 7)
+    in_thread: list[object] = []
+    t = threading.Thread(target=lambda: in_thread.append(store.written_seqs()))
+    t.start()
+    t.join()
+    assert in_thread == [None]  # per calling thread
+    with pytest.raises(Conflict):
+        store.upsert(agent("d"))  # Suspended: refused
+    assert store.written_seqs() is None
+
+
 def test_wait_for_change(backend: Backend) -> None:
     store, other = backend.open(), backend.open()
     assert store.wait_for_change(0, 0.01) == 0  # times out at the same position
