@@ -95,6 +95,7 @@ _CHANGES = """SELECT a.change_seq, a.canonical_id, COALESCE(t.state, a.lifecycle
                WHERE t.change_seq > %(seq)s
                  AND NOT EXISTS (SELECT 1 FROM agents a WHERE a.canonical_id = t.canonical_id)
               ORDER BY 1"""
+_HEAD = "SELECT value FROM meta WHERE key = 'change_seq'"
 # Errors that mean "the database cannot be used right now" (connection lost,
 # server shutting down, out of disk, pool closed or exhausted).
 _UNAVAILABLE = (psycopg.OperationalError, psycopg.InterfaceError)
@@ -137,6 +138,8 @@ class PostgresStore:
         )
         self._pool.open(wait=True, timeout=timeout)
         self._local = threading.local()
+        self._head_lock = threading.Lock()
+        self._head: psycopg.Connection[Any] | None = None
         self._listener = ChangeListener(conninfo, self._channel, timeout)
 
     # -- plumbing -------------------------------------------------------------
@@ -432,8 +435,29 @@ class PostgresStore:
 
     def max_seq(self) -> int:
         """The feed position: one primary-key read of the counter row (the
-        committed value; a write in progress does not block it)."""
-        row = self._one("SELECT value FROM meta WHERE key = 'change_seq'", ())
+        committed value; a write in progress does not block it). Read on a
+        connection of its own when it is free (every DISCOVER asks: no pool
+        checkout), else on a pooled one."""
+        if self._head_lock.acquire(blocking=False):
+            try:
+                conn = self._head
+                if conn is not None and not conn.closed:
+                    try:
+                        row = conn.execute(_HEAD).fetchone()
+                        return int(row[0]) if row else 0
+                    except _UNAVAILABLE:
+                        conn.close()
+                        self._head = None
+                if self._head is None and not self._pool.closed:
+                    try:
+                        self._head = psycopg.connect(
+                            self._conninfo, autocommit=True, connect_timeout=int(self._timeout)
+                        )
+                    except _UNAVAILABLE:
+                        self._head = None
+            finally:
+                self._head_lock.release()
+        row = self._one(_HEAD, ())
         return int(row[0]) if row else 0
 
     def get_event(self, event_id: str) -> EventRecord | None:
@@ -485,3 +509,7 @@ class PostgresStore:
     def close(self) -> None:
         self._listener.close()
         self._pool.close()
+        with self._head_lock:
+            if self._head is not None:
+                self._head.close()
+                self._head = None
