@@ -341,3 +341,60 @@ def test_kill_9_of_one_node_loses_no_acknowledged_write(
         timeout=60,
     )
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    reason = pgtest.unreachable()
+    if reason is not None:
+        pytest.skip(reason)
+    schema = pgtest.create_schema("ans_import")
+    try:
+        yield pgtest.schema_url(schema)
+    finally:
+        pgtest.drop_schema(schema)
+
+
+def test_ans_import_into_postgresql_then_serve_from_it(
+    tmp_path: Path,
+    pg_url: str,
+    make_manifest: Callable[..., dict[str, Any]],
+    test_gov_key: tuple[SigningKey, Path],
+) -> None:
+    key, jwks = test_gov_key
+    manifests = [
+        make_manifest(
+            f"imp-{i}", key, org_domain="imp.example", job_description=f"{JOBS[i % 3]} #{i}"
+        )
+        for i in range(50)
+    ]
+    src = tmp_path / "agents.jsonl"
+    src.write_bytes(
+        b"\n".join(orjson.dumps({"manifest": m, "capabilities": CAPS}) for m in manifests)
+    )
+    data = tmp_path / "data"
+    common = ("--store", pg_url, "--governance-jwks", str(jwks))
+    out = subprocess.run(
+        [str(ANS), "import", str(src), "--data-dir", str(data), "--batch", "16", *common],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "imported 50, unchanged 0, refused 0" in out.stdout
+    assert not (data / "registry.sqlite3").exists()  # the registry is in PostgreSQL
+    store = open_store(pg_url)
+    try:
+        assert store.count() == 50
+        # queued audit rows (until trimmed) belong to this data directory's node id
+        node = (data / "node-id").read_text().strip()
+        assert node.startswith("node-") and store.audit_outbox(node="") == []
+    finally:
+        store.close()
+    cfg = tmp_path / "ans.toml"
+    cfg.write_text("[rate_limit]\nenabled = false\n")
+    srv = start_server(data, *common, "--config", str(cfg))
+    try:
+        assert unserved(srv, [m["canonical_id"] for m in manifests]) == []
+    finally:
+        stop_server(srv)
