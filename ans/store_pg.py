@@ -136,7 +136,11 @@ class PostgresStore:
             open=False,
             name="ans-store",
         )
-        self._pool.open(wait=True, timeout=timeout)
+        try:
+            self._pool.open(wait=True, timeout=timeout)
+        except BaseException:
+            self._pool.close()
+            raise
         self._local = threading.local()
         self._head_lock = threading.Lock()
         self._head: psycopg.Connection[Any] | None = None
