@@ -162,9 +162,14 @@ class Follower:
             with self._apply:
                 self._writing = False
                 if kind is None:
-                    # Our own commits are in our index already: mark them applied.
-                    # After a failure they are applied again from the feed.
-                    self.applied = max(self.applied, self.ctx.store.max_seq())
+                    # Our own commits are in our index already: mark them applied,
+                    # but only when nothing else committed between our catch-up
+                    # and our write (another node shares no lock with us; jumping
+                    # to max_seq() would step over its commits for good). Else,
+                    # and after a failure, the feed applies them again.
+                    written = self.ctx.store.written_seqs()
+                    if written is not None and written[0] == self.applied + 1:
+                        self.applied = written[1]
         finally:
             self.writers.release()
             self._thread_lock.release()

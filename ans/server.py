@@ -286,7 +286,10 @@ def serve_forever(
         server = asyncio.create_task(serve_fn(app, hc, shutdown_trigger=shutdown))  # type: ignore[arg-type]
         await asyncio.sleep(0)
         if announce:
-            print(f"ANS listening on {url}", flush=True)
+            # one write (under PYTHONUNBUFFERED print writes the newline apart,
+            # and another process's output could land between)
+            sys.stdout.write(f"ANS listening on {url}\n")
+            sys.stdout.flush()
         if on_ready:
             on_ready(url)
         await server

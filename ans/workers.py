@@ -345,8 +345,14 @@ def serve_workers(built: object, config: Config, n: int) -> int:
         ok = sup.wait_ready()
         if ok:
             if native_shown is not None:
-                print(f"ANS native AGTP listening on {native_shown}", flush=True)
-            print(f"ANS listening on {url}", flush=True)
+                # one write (under PYTHONUNBUFFERED print writes the newline apart,
+                # and another process's output could land between)
+                sys.stdout.write(f"ANS native AGTP listening on {native_shown}\n")
+                sys.stdout.flush()
+            # one write (under PYTHONUNBUFFERED print writes the newline apart,
+            # and another process's output could land between)
+            sys.stdout.write(f"ANS listening on {url}\n")
+            sys.stdout.flush()
             log.info("workers serving", workers=n, url=url)
         else:
             sup.stop()

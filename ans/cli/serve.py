@@ -35,9 +35,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     check_serve(cfg)  # a wrong path, file or port is one line, before any start-up work
     from ..cores import default_workers
+    from ..store_open import is_postgres
 
     workers = cfg.workers or default_workers()
-    if workers > 1:
+    # A store other processes write to (PostgreSQL: other nodes) is followed
+    # through its change feed, which the worker path does, even for one worker.
+    supervised = workers > 1 or is_postgres(cfg.store)
+    if supervised:
         _metrics_shared_by_workers(cfg.data_dir)  # before prometheus_client is imported
     from .. import drain
     from ..http2_defences import UnsupportedHypercorn
@@ -60,7 +64,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"ANS demo catalog: {n} agents activated (demo governance kid {built.demo_key.kid})",
             flush=True,
         )
-    if workers > 1:
+    if supervised:
         return serve_workers(built, cfg, workers)
     serve_forever(built.service, cfg, gate=built.gate, freshness=built.freshness, lock=built.lock)
     return 0

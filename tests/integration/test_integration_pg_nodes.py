@@ -57,10 +57,10 @@ class Nodes:
         self.url, self.schema, self.args, self.tmp = url, schema, args, tmp
         self.running: dict[str, RunningServer] = {}
 
-    def start(self, name: str) -> RunningServer:
-        # Two workers each: a node follows the store's change feed in its
-        # workers (a single process does not follow it).
-        srv = start_server(self.tmp / name, "--store", self.url, "--workers", "2", *self.args)
+    def start(self, name: str, workers: int = 2) -> RunningServer:
+        srv = start_server(
+            self.tmp / name, "--store", self.url, "--workers", str(workers), *self.args
+        )
         self.running[name] = srv
         return srv
 
@@ -147,6 +147,29 @@ def test_activate_on_one_node_is_served_by_the_others_next_discover(
         m = make_manifest("auditor-b", key, org_domain="chain.example", job_description=JOBS[0])
         activate(cb, m)
         assert m["canonical_id"] in discover_ids(ca)
+
+
+def test_a_single_process_node_follows_the_feed_too(
+    nodes: Nodes,
+    make_manifest: Callable[..., dict[str, Any]],
+    test_gov_key: tuple[SigningKey, Path],
+) -> None:
+    """--workers 1 (one core) over PostgreSQL: other nodes write the store, so
+    the node still follows its change feed."""
+    key = test_gov_key[0]
+    c = nodes.start("c", workers=1)
+    with client(nodes.running["a"]) as ca, client(c) as cc:
+        m = make_manifest("single", key, org_domain="chain.example", job_description=JOBS[1])
+        activate(ca, m)
+        assert m["canonical_id"] in discover_ids(cc)
+        event = make_event(
+            "REVOKE", m["canonical_id"], key, datetime.now(UTC), event_id=f"evt-{uuid.uuid4().hex}"
+        )
+        r = cc.request(
+            "LIFECYCLE", "/", headers=GOVERNANCE, content=body("LIFECYCLE", {"event": event})
+        )
+        assert r.status_code == 200, r.text  # C writes, A follows
+        assert m["canonical_id"] not in discover_ids(ca)
 
 
 async def _activate_many(url: str, manifests: list[dict[str, Any]]) -> None:
