@@ -38,8 +38,18 @@ from prometheus_client.registry import Collector
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics", "TimedStore", "surface_of"]
 log = structlog.get_logger("ans.metrics")
 
-LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+# The store is opened before the server's Metrics exist (and by ans import):
+# its latency histogram lives in a registry of its own, exposed with them.
+STORE_REGISTRY = CollectorRegistry(auto_describe=True)
 STORE_BUCKETS = (0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0)
+STORE_LATENCY = Histogram(
+    "ans_store_seconds",
+    "Registry store call latency, by operation",
+    ["op"],
+    buckets=STORE_BUCKETS,
+    registry=STORE_REGISTRY,
+)
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 RESULT_BUCKETS = (0, 1, 2, 3, 5, 10, 20, 50, 100)
 # Surfaces by path prefix; anything else is AGTP (any path with an AGTP method).
 SURFACES = (
@@ -132,13 +142,6 @@ class Metrics:
             ["peer", "outcome"],
             registry=reg,
         )
-        self.store_latency = Histogram(
-            "ans_store_seconds",
-            "Registry store call latency, by operation",
-            ["op"],
-            buckets=STORE_BUCKETS,
-            registry=reg,
-        )
         self._gauges: dict[str, tuple[str, Callable[[], float]]] = {}
         if self.multiproc_dir is None:
             reg.register(_StateCollector(self._gauges))
@@ -193,7 +196,7 @@ class Metrics:
     def exposition(self) -> bytes:
         """The text exposition of this process (all workers in multiprocess mode)."""
         if self.multiproc_dir is None:
-            return generate_latest(self.registry)
+            return generate_latest(self.registry) + generate_latest(STORE_REGISTRY)
         merged = CollectorRegistry()
         MultiProcessCollector(merged, path=self.multiproc_dir)  # type: ignore[no-untyped-call]
         merged.register(_StateCollector(self._gauges))
@@ -204,15 +207,14 @@ class TimedStore:
     """A registry store whose calls are timed into ``ans_store_seconds``
     (everything else passes through unchanged)."""
 
-    def __init__(self, store: Any, metrics: Metrics) -> None:
+    def __init__(self, store: Any) -> None:
         self._store = store
-        self._metrics = metrics
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._store, name)
         if not callable(attr) or name.startswith("_"):
             return attr
-        histogram = self._metrics.store_latency.labels(name)
+        histogram = STORE_LATENCY.labels(name)
 
         def timed(*args: Any, **kwargs: Any) -> Any:
             started = time.perf_counter()

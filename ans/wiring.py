@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import structlog
 
@@ -43,6 +43,7 @@ from .matcher import (
     WordLlamaEmbedder,
     profile_from,
 )
+from .metrics import TimedStore
 from .outbox import Outbox
 from .service import AnsService, Clock, utc_now
 from .store import RegistryStore
@@ -180,6 +181,11 @@ def peer_transport(max_response_bytes: int) -> SchemeRouter:
     return SchemeRouter({"http": h2, "https": h2, "agtp": native, "agtp+cleartext": native})
 
 
+def timed(store: RegistryStore) -> RegistryStore:
+    """``store`` with every call timed into the ``ans_store_seconds`` metric."""
+    return cast(RegistryStore, TimedStore(store))
+
+
 def build_service(
     config: Config, *, embedder: Embedder | None = None, clock: Clock = utc_now
 ) -> Built:
@@ -191,7 +197,9 @@ def build_service(
     t0 = time.perf_counter()
     # The registry first: one that cannot be read stops the start before a
     # signing key is made for it.
-    store = open_store(config.store or None, data_dir=data, node=default_node(config.store, data))
+    store = timed(
+        open_store(config.store or None, data_dir=data, node=default_node(config.store, data))
+    )
     signing_key = load_signing_key(data / SIGNING_KEY_FILE)
     trusted = load_keys(config.governance_jwks)
     demo_key = None
@@ -340,7 +348,9 @@ def rewire_worker(built: Built, config: Config, worker: int, applied: int) -> Fo
     change feed from ``applied``. The follower is returned, started."""
     service = built.service
     data = config.data_dir
-    store = open_store(config.store or None, data_dir=data, node=default_node(config.store, data))
+    store = timed(
+        open_store(config.store or None, data_dir=data, node=default_node(config.store, data))
+    )
     audit = worker_audit(config, service.clock)(worker)
     # Its own rows only: the supervisor completes the others' logs and trims.
     recover_audit(store, audit, worker=worker, trim=False)
