@@ -35,6 +35,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     doc = restore(args.source, args.data_dir)
     print(
         f"restored {args.source} ({doc['registry_rows']} agents, taken {doc['created_at']}) "
-        f"into {args.data_dir}; start it with: ans serve --data-dir {args.data_dir}"
+        f"into {args.data_dir}; start it as the original was started (same flags and "
+        f"trusted keys, e.g. --demo), with --data-dir {args.data_dir}"
     )
     return 0
