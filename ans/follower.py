@@ -40,6 +40,7 @@ from .core.live_index import LiveIndex
 from .core.loader import INDEX_BATCH, batches
 from .datadir_lock import WritersLock
 from .matcher import profile_from
+from .metrics import FEED_LAG
 from .registry import AgentEntry
 from .store import StoredAgent
 
@@ -90,6 +91,7 @@ class Follower:
     def _catch_up_locked(self) -> None:
         store = self.ctx.store
         seq = store.max_seq()
+        FEED_LAG.set(max(0, seq - self.applied))
         if seq <= self.applied:
             return
         rows = list(store.changed_since(self.applied))

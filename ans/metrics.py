@@ -49,6 +49,14 @@ STORE_LATENCY = Histogram(
     buckets=STORE_BUCKETS,
     registry=STORE_REGISTRY,
 )
+# How many store changes a worker or node had not yet applied when it last
+# checked the change feed (before a DISCOVER, or on its idle poll).
+FEED_LAG = Gauge(
+    "ans_change_feed_lag",
+    "Store changes not yet applied by this process at its last feed check",
+    registry=STORE_REGISTRY,
+    multiprocess_mode="max",
+)
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 RESULT_BUCKETS = (0, 1, 2, 3, 5, 10, 20, 50, 100)
 # Surfaces by path prefix; anything else is AGTP (any path with an AGTP method).
@@ -145,20 +153,10 @@ class Metrics:
         self._gauges: dict[str, tuple[str, Callable[[], float]]] = {}
         if self.multiproc_dir is None:
             reg.register(_StateCollector(self._gauges))
-        self._feed_lag = Gauge(
-            "ans_change_feed_lag",
-            "Store changes not yet applied to this process's index",
-            registry=reg,
-            multiprocess_mode="max",
-        )
-
     # -- gauges -------------------------------------------------------------------------
     def gauge(self, name: str, doc: str, read: Callable[[], float]) -> None:
         """A gauge whose value ``read()`` returns at scrape time."""
         self._gauges[name] = (doc, read)
-
-    def set_feed_lag(self, changes: float) -> None:
-        self._feed_lag.set(changes)
 
     # -- events ---------------------------------------------------------------------------
     def observe_request(

@@ -79,6 +79,7 @@ def test_metrics_count_requests_refusals_and_state(ans: RunningServer) -> None:
     assert m["ans_connections_open"][()] >= 1  # the scraping connection itself
     store_calls = m["ans_store_seconds_count"]
     assert store_calls[(("op", "max_seq"),)] >= 1  # /readyz and the follower ask the store
+    assert m["ans_change_feed_lag"][()] == 0  # one process: nothing to follow
     failed_writes = [x for x in ans.output if "audit" in x and "fail" in x][:5]
     assert m["ans_audit_write_failures_total"][()] == 0, failed_writes
 
