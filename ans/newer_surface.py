@@ -42,6 +42,7 @@ from ans.protocol.dialect import (
 from ans.protocol.errors import (
     AgtpError,
     AuthorizationRequired,
+    ErrorCode,
     UnsupportedMethod,
 )
 from ans.protocol.messages import answering, is_task_id
@@ -95,6 +96,7 @@ class NewerSurface:
         if nd.request is None:
             with answering(nd.task_id):
                 if nd.has_query:
+                    self._audit_262("DISCOVER", nd.task_id, creds)
                     raise AuthorizationRequired(
                         "anonymous discovery: a DISCOVER with criteria requires Agent-ID and "
                         "Owner-ID (and discovery:query); without criteria it returns this "
@@ -123,6 +125,7 @@ class NewerSurface:
             if ref is None or ref.canonical_id == self.server_id:
                 return self._document(headers, req.task_id, own)
             if req.identity is None:
+                self._audit_262("DESCRIBE", req.task_id, creds)
                 raise AuthorizationRequired(
                     "DESCRIBE of an indexed agent requires Agent-ID, Owner-ID and "
                     "Authority-Scope with discovery:query (this server's own document needs none)"
@@ -131,6 +134,18 @@ class NewerSurface:
             note(agent_id=getattr(req.identity, "agent_id", None), task_id=req.task_id)
             doc = svc.describer.identity_of(svc.describe(req))
         return self._document(headers, req.task_id, doc)
+
+    def _audit_262(self, method: str, task_id: str | None, creds: Credentials) -> None:
+        """An anonymous request refused 262 is security-relevant: audited like a 401."""
+        self.service.audit.record(
+            "authentication_failed",
+            status=262,
+            code=str(ErrorCode.AUTHORIZATION_REQUIRED),
+            method=method,
+            task_id=task_id,
+            client_address=creds.client_address,
+            dialect="agtp-09",
+        )
 
     def _envelope(self, task_id: str | None, result: Any) -> Payload:
         body = orjson.dumps({"status": 200, "task_id": task_id, "result": result})

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import socket
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -277,3 +278,22 @@ def test_cli_resolves_a_name_in_either_dialect(
     assert main([*args, "--scope", "discovery:query"]) == 2
     code = "name-not-found" if dialect == NEWER else "name_not_found"
     assert f"404 {code}" in capsys.readouterr().err
+
+
+def test_a_262_refusal_is_audited(srv: RunningServer) -> None:
+    """An anonymous request refused 262 is in the audit log, as a 401 is."""
+    assert srv.native_url is not None
+    raw = (FIXTURES / "09_anonymous_query.agtp").read_bytes()
+    assert send_native(srv.native_url, raw).status == 262
+
+    def audited() -> list[dict[str, Any]]:
+        lines = (srv.data_dir / "audit.jsonl").read_text().splitlines()
+        return [r for r in map(orjson.loads, lines) if r.get("status") == 262]
+
+    deadline = time.monotonic() + 10
+    while not audited():
+        assert time.monotonic() < deadline, "no audit record for the 262"
+        time.sleep(0.05)
+    record = audited()[-1]
+    assert record["event"] == "authentication_failed"
+    assert record["code"] == "authorization_required"  # ANS's own code (the wire's is kebab-case)
