@@ -221,4 +221,7 @@ class TimedStore:
             finally:
                 histogram.observe(time.perf_counter() - started)
 
+        # Kept on the proxy: later calls (max_seq before every DISCOVER with
+        # workers) find it without another lookup, closure or label resolution.
+        self.__dict__[name] = timed
         return timed
