@@ -166,6 +166,8 @@ def import_online(
     progress_stream: IO[str] | None = None,
 ) -> OnlineReport:
     """ACTIVATE every line of ``files`` on the running server ``server``."""
+    if not server.startswith(("http://", "https://")):
+        raise ValueError(f"--server must be an http:// or https:// URL, got {server[:100]!r}")
     identity = {"agent-id": agent_id, "principal-id": principal_id, "authority-scope": scope}
     progress = ImportProgress(count_records(files), progress_stream)
     report = OnlineReport()
@@ -182,6 +184,10 @@ def import_online(
 
     try:
         asyncio.run(run())
+    except httpx.TransportError as exc:  # unreachable, refused, cut: one line, not a traceback
+        raise OSError(
+            f"cannot import into {server}: {type(exc).__name__}: {str(exc)[:200]}"
+        ) from None
     finally:
         report.seconds = time.monotonic() - started
         progress.done(report.summary())

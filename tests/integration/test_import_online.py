@@ -102,3 +102,19 @@ def test_plain_progress_lines_count_records(tmp_path: Path) -> None:
         "ans import: 36,000 of 40,000 records (90%), 6,000/s, about 1 s left",
         "summary",
     ]
+
+
+def test_a_bad_or_unreachable_server_is_one_line(tmp_path: Path) -> None:
+    lines = tmp_path / "one.jsonl"
+    lines.write_text("{}\n")
+    for server, says in (
+        ("nonsense", "must be an http:// or https:// URL"),
+        ("http://127.0.0.1:9", "cannot import into http://127.0.0.1:9"),
+    ):
+        run = subprocess.run(
+            [ANS, "import", str(lines), "--server", server], capture_output=True, text=True
+        )
+        assert run.returncode == 2, run.stderr
+        errors = [x for x in run.stderr.splitlines() if x.startswith("ans: ")]
+        assert len(errors) == 1 and says in errors[0], run.stderr
+        assert "Traceback" not in run.stderr
