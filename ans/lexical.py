@@ -51,7 +51,9 @@ class LexicalScores:
         if self.sums is None:
             size = len(range(self.n)[pick]) if isinstance(pick, slice) else len(pick)
             return np.zeros(size, dtype=np.float32)
-        out: FloatArray = (self.sums[pick] / self.total).astype(np.float32)
+        # take: the same values as sums[pick], ~3x faster for an int32 index array
+        picked = self.sums[pick] if isinstance(pick, slice) else self.sums.take(pick)
+        out: FloatArray = (picked / self.total).astype(np.float32)
         return out
 
     def dense(self) -> FloatArray:
