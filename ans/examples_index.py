@@ -182,11 +182,29 @@ class ExampleBlocks:
         if not has.any():
             return out
         with_rows = slots[has]
+        counts = self._count[with_rows]
+        size = int(counts[0])
+        if bool((counts == size).all()):
+            # Every candidate has `size` examples (a bulk-loaded catalog): its rows
+            # are start + 0..size-1, and its best is a row maximum of a reshape --
+            # the same rows and maxima as the segmented path below, at a third of
+            # its cost (no repeat / cumsum / reduceat over ~10k rows).
+            starts = self._start.take(with_rows)
+            idx = (starts[:, None] + np.arange(size, dtype=np.int64)).ravel()
+            sims = self.rows.scan_rows(q, idx)
+            # (P, candidates, size) over the contiguous query-major rows; a chain
+            # of np.maximum over the k-th examples (a max(axis=...) reduction
+            # over so short an axis costs ~5x more)
+            blocks = sims.T.reshape(len(q), len(with_rows), size)
+            best = blocks[:, :, 0].copy()
+            for k in range(1, size):
+                np.maximum(best, blocks[:, :, k], out=best)
+            out[has] = best.T
+            return out
         idx = self._rows_of(with_rows)
         sims = self.rows.scan_rows(q, idx)
-        counts = self._count[with_rows].astype(np.int64)
         offsets = np.zeros(len(with_rows), dtype=np.int64)
-        np.cumsum(counts[:-1], out=offsets[1:])
+        np.cumsum(counts[:-1].astype(np.int64), out=offsets[1:])
         for j in range(len(q)):
             out[has, j] = np.maximum.reduceat(sims[:, j], offsets)
         return out
