@@ -190,7 +190,7 @@ def _linear(
     ``C + K v + sum((a_j - d_j) x_j)``. No (n, 12) matrix is built, and a row's
     logit depends on its own values and the maxima only (a BLAS matrix-vector
     product rounds a row by where it falls in its blocks), so the candidates
-    past the floor are scored alone, each to within ~1e-16 of the matrix form."""
+    past the floor are scored alone, each within ~2e-15 of the matrix form."""
     c = coef.tolist()
     const = c[0] + c[2] * best
     slope = c[1] - c[2] + (c[3] / best if best > 0 else 0.0)
