@@ -16,6 +16,8 @@ import contextlib
 import json
 import os
 import queue
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -51,7 +53,6 @@ SHIPPING = "forecast container port congestion and berth waiting times"
 @dataclass
 class Topo:
     proc: subprocess.Popen[str]
-    lines: queue.Queue[str]
     output: list[str]
     info: dict[str, Any]
     key: SigningKey
@@ -87,13 +88,8 @@ def members(pgid: int) -> list[int]:
     return out
 
 
-@pytest.fixture(scope="module")
-def topo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topo]:
-    reason = pgtest.unreachable()
-    if reason is not None:
-        pytest.skip(reason)
-    cfg = tmp_path_factory.mktemp("topology-config") / "ans.toml"
-    cfg.write_text("[rate_limit]\nenabled = false\n")  # the burst below floods on purpose
+def start_script(*args: str) -> tuple[subprocess.Popen[str], list[str], dict[str, Any]]:
+    """Run deploy/topology.py ARGS until its JSON line: (process, output, endpoints)."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -105,8 +101,7 @@ def topo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topo]:
             "--json",
             "--pg",
             pgtest.PG_URL,
-            "--config",
-            str(cfg),
+            *args,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -122,35 +117,51 @@ def topo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topo]:
             lines.put(line)
 
     threading.Thread(target=pump, daemon=True).start()
-    info = None
     deadline = time.monotonic() + 180
-    while info is None and time.monotonic() < deadline and proc.poll() is None:
+    while time.monotonic() < deadline and proc.poll() is None:
         try:
             line = lines.get(timeout=0.5)
         except queue.Empty:
             continue
         if line.startswith("{"):
-            info = json.loads(line)
-    if info is None:
-        proc.kill()
-        pytest.fail("deploy/topology.py did not start:\n" + "".join(output[-60:]))
+            return proc, output, json.loads(line)
+    proc.kill()
+    pytest.fail("deploy/topology.py did not start:\n" + "".join(output[-60:]))
+
+
+def cleanup(proc: subprocess.Popen[str], info: dict[str, Any]) -> None:
+    """Whatever a failed test left: the script, its nodes, its schema."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    for node in [*info["replicas"], info["peer"]]:
+        for pid in members(node["pid"]):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    if info.get("schema"):
+        pgtest.drop_schema(info["schema"])
+
+
+def need_postgres() -> None:
+    reason = pgtest.unreachable()
+    if reason is not None:
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def topo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topo]:
+    need_postgres()
+    cfg = tmp_path_factory.mktemp("topology-config") / "ans.toml"
+    cfg.write_text("[rate_limit]\nenabled = false\n")  # the burst below floods on purpose
+    proc, output, info = start_script("--config", str(cfg))
     key = SigningKey.from_pem(Path(info["governance_key"]).read_bytes())
-    t = Topo(proc, lines, output, info, key)
     try:
-        yield t
+        yield Topo(proc, output, info, key)
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        for node in [*info["replicas"], info["peer"]]:
-            for pid in members(node["pid"]):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-        if info.get("schema"):
-            pgtest.drop_schema(info["schema"])
+        cleanup(proc, info)
 
 
 def agtp(
@@ -324,3 +335,86 @@ def test_sigterm_to_the_script_leaves_nothing_behind(topo: Topo) -> None:
             (topo.info["schema"],),
         ).fetchone()
     assert row is not None and row[0] == 0
+
+
+def test_the_nodes_stop_when_the_script_itself_is_killed(tmp_path: Path) -> None:
+    """kill -9 of the script (no teardown runs): every node gets SIGTERM from
+    the kernel (PR_SET_PDEATHSIG), drains and exits; no orphan remains."""
+    need_postgres()
+    proc, _, info = start_script("--replicas", "1", "--workers", "2", "--dir", str(tmp_path / "t"))
+    try:
+        pgids = [n["pid"] for n in [*info["replicas"], info["peer"]]]
+        assert all(members(g) for g in pgids)
+        proc.kill()
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 45
+        while any(members(g) for g in pgids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [pid for g in pgids for pid in members(g)] == []
+    finally:
+        cleanup(proc, info)
+
+
+DEPLOY = SCRIPT.parent
+
+
+def test_the_compose_node_configs_load_as_ans_reads_them() -> None:
+    from ans import config
+
+    replica = config.load(DEPLOY / "compose" / "replica.toml")
+    peer = config.load(DEPLOY / "compose" / "peer.toml")
+    assert replica.agent_id != peer.agent_id  # the peer is another registry
+    assert [(p.url, p.tier) for p in replica.peers] == [("http://peer:4480", 2)]
+    assert peer.peers == ()
+    assert replica.data_dir == peer.data_dir == Path("/data")
+    jwks = (Path("/material/keys/governance.jwks.json"),)
+    assert replica.governance_jwks == peer.governance_jwks == jwks
+    assert replica.listen == peer.listen == "0.0.0.0:4480"
+
+
+def test_every_file_compose_and_the_dockerfile_name_exists() -> None:
+    compose = (DEPLOY / "compose.yaml").read_text()
+    mounted = re.findall(r"\./(compose/[\w.-]+):", compose)
+    assert mounted and all((DEPLOY / m).is_file() for m in mounted)
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    copied = re.findall(r"deploy/[\w.-]+", dockerfile.split("COPY", 1)[1])
+    root = DEPLOY.parent
+    assert "deploy/material.py" in copied and all((root / c).is_file() for c in copied)
+    assert "/opt/ans/material.py" in compose and "COPY deploy/material.py" in dockerfile
+    assert os.access(DEPLOY / "node-start.sh", os.X_OK)
+    assert "/readyz" in dockerfile.split("HEALTHCHECK", 1)[1]
+
+
+def test_the_compose_file_is_valid_for_docker_compose() -> None:
+    compose = str(DEPLOY / "compose.yaml")
+    if shutil.which("docker-compose"):
+        cmd = ["docker-compose", "-f", compose, "config", "-q"]
+    elif (
+        shutil.which("docker")
+        and subprocess.run(
+            ["docker", "compose", "version"], capture_output=True, check=False
+        ).returncode
+        == 0
+    ):
+        cmd = ["docker", "compose", "-f", compose, "config", "-q"]
+    else:
+        pytest.skip("neither docker-compose nor the docker compose plugin is installed")
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_material_is_made_once_and_signs_what_its_jwks_verifies(tmp_path: Path) -> None:
+    run = [sys.executable, str(DEPLOY / "material.py"), str(tmp_path)]
+    subprocess.run(run, check=True, capture_output=True, timeout=60)
+    files = sorted(p for p in tmp_path.rglob("*") if p.is_file())
+    before = {p: p.read_bytes() for p in files}
+    subprocess.run(run, check=True, capture_output=True, timeout=60)
+    assert {p: p.read_bytes() for p in files} == before  # kept, not remade
+    for key in ("governance-key.pem", "ans-signing-key.pem"):
+        assert (tmp_path / "keys" / key).stat().st_mode & 0o077 == 0
+    keys = TrustedKeys.load_jwks_file(tmp_path / "keys" / "governance.jwks.json")
+    for name, n in (("peer.jsonl", 4), ("demo.jsonl", 64)):
+        lines = (tmp_path / "catalogs" / name).read_text().splitlines()
+        assert len(lines) == n
+        for line in lines:
+            verify_document(json.loads(line)["manifest"], keys, "signature")
