@@ -155,7 +155,11 @@ def need_postgres() -> None:
 def topo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topo]:
     need_postgres()
     cfg = tmp_path_factory.mktemp("topology-config") / "ans.toml"
-    cfg.write_text("[rate_limit]\nenabled = false\n")  # the burst below floods on purpose
+    # The burst below floods on purpose; a peer slowed by a busy CI machine is
+    # still a peer that answers (the first federated DISCOVER also fetches its key).
+    cfg.write_text(
+        "[rate_limit]\nenabled = false\n[federation]\npeer_timeout = 15.0\ndeadline = 20.0\n"
+    )
     proc, output, info = start_script("--config", str(cfg))
     key = SigningKey.from_pem(Path(info["governance_key"]).read_bytes())
     try:
