@@ -12,13 +12,13 @@ from ..config import ConfigError
 def cmd_import_cards(args: argparse.Namespace) -> int:
     """Exit 0 when at least one card was imported (or already there) and, with
     --strict, none was refused; 1 otherwise; 2 on usage errors (one line)."""
+    from ans.protocol.request_types import ZONE_RE
+
     from .. import config as config_mod
     from ..datadir_lock import DataDirBusy
     from ..haidip_cards import card_files, import_cards
     from ..preflight import check_data_dir
     from ..server import configure_logging
-
-    from ans.protocol.request_types import ZONE_RE
 
     if args.zone is not None and ZONE_RE.fullmatch(args.zone) is None:
         raise ConfigError(f"--zone must be a zone id such as zone:finance, got {args.zone[:60]!r}")

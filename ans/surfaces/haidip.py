@@ -77,7 +77,7 @@ from ..profile_metadata import profile_canonical_id
 from ..service import AnsService
 from .haidip_errors import haidip_error
 from .haidip_paging import Cursors, digest_of, etag_of, matches
-from .haidip_render import http_date, own_card, search_result, summary
+from .haidip_render import http_date, own_card, search_result, summary, with_public_id
 
 log = structlog.get_logger("ans.haidip")
 Scope = MutableMapping[str, Any]
@@ -388,13 +388,7 @@ class HaidipSurface:
             for r in results:
                 agent = stored.get(r["canonical_id"])
                 if agent is not None:
-                    r["card"] = card_of(
-                        agent.manifest,
-                        agent.capabilities,
-                        last_update=metadata_updated_at(
-                            agent.manifest, agent.capabilities, agent.updated_at
-                        ),
-                    )
+                    r["card"] = self.card(agent.manifest, agent.capabilities, agent.updated_at)
         out: dict[str, Any] = {
             "results": results,
             "count": result["total_matches"],
@@ -431,7 +425,7 @@ class HaidipSurface:
         stored = await asyncio.to_thread(svc.store.get, cid)
         updated = stored.updated_at if stored is not None else ""
         manifest, caps = described["manifest"], described.get("capabilities") or {}
-        card = card_of(manifest, caps, last_update=metadata_updated_at(manifest, caps, updated))
+        card = self.card(manifest, caps, updated)
         card["generated_at"] = rfc3339(svc.clock())
         extra: tuple[tuple[str, str], ...] = ()
         modified = http_date(card.get("last_update"))
@@ -473,6 +467,13 @@ class HaidipSurface:
         return status, sign_document(result, svc.key, RESULT_SIGNATURE_FIELD), ()
 
     # -- helpers -----------------------------------------------------------------------
+    @staticmethod
+    def card(manifest: dict[str, Any], caps: dict[str, Any], stored_at: str) -> dict[str, Any]:
+        """The agent's HAIDIP card under its HAIDIP id."""
+        last = metadata_updated_at(manifest, caps, stored_at)
+        card = card_of(manifest, caps, last_update=last)
+        return with_public_id(card, str(manifest["canonical_id"]))
+
     def json_object(self, headers: Mapping[str, str], body: bytes, what: str) -> dict[str, Any]:
         ctype = headers.get("content-type")
         if ctype is not None:

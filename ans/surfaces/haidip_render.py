@@ -15,6 +15,7 @@ from ans.governance.profile_metadata import epoch
 
 from .. import __version__
 from ..config import Config
+from ..profile_metadata import profile_canonical_id
 
 FACET_PREFIXES = ("lang-", "provider-", "auth-")
 A2A_PROTOCOL_VERSION = "0.3.0"
@@ -40,13 +41,34 @@ def _capabilities(tags: Any) -> list[str]:
     return [t for t in tags or [] if isinstance(t, str) and not t.startswith(FACET_PREFIXES)]
 
 
+def haidip_id(declared: Any, canonical_id: str) -> str:
+    """The id HAIDIP clients name an agent by: its declared id when that id
+    leads back to it (``GET {base}/agents/{id}`` maps an id to a canonical id
+    as the profile binding does), else its canonical id (a governed agent
+    whose card declares another id)."""
+    if isinstance(declared, str) and profile_canonical_id(declared) == canonical_id:
+        return declared
+    return canonical_id
+
+
+def with_public_id(card: dict[str, Any], canonical_id: str) -> dict[str, Any]:
+    """``card`` under its HAIDIP id; a declared id that is not it is kept as
+    ``ans.declared_id``."""
+    declared = card.get("id")
+    public = haidip_id(declared, canonical_id)
+    if declared != public:
+        card["id"] = public
+        card.setdefault("ans", {})["declared_id"] = declared
+    return card
+
+
 def summary(fields: Mapping[str, Any]) -> dict[str, Any]:
     """One agent as a list/search entry: its HAIDIP id, name, description,
     capabilities, endpoint and protocols, and ANS's trust fields."""
     cid = str(fields["canonical_id"])
     fresh = fields.get("freshness")
     out: dict[str, Any] = {
-        "id": fields.get("profile_id") or cid,
+        "id": haidip_id(fields.get("profile_id"), cid),
         "name": fields.get("name", fields.get("agent_label")),
         "description": fields.get("description", fields.get("job_description")),
         "capabilities": _capabilities(fields.get("tags")),
