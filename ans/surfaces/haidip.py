@@ -299,6 +299,23 @@ class HaidipSurface:
         )
         return asking.identity
 
+    def feed_position(self) -> int:
+        """A change-feed position the index holds at least every change up to,
+        read before the listing (so an ETag never names newer data than the
+        page it tags): a worker's applied position after catching up, or, in
+        one process, the store's position with no writer mid-way between its
+        commit and its index update."""
+        svc = self.service
+        follower = svc.index.follower
+        if follower is not None:
+            follower.catch_up()
+            applied = getattr(follower, "applied", None)
+            if isinstance(applied, int):
+                return applied
+            return svc.store.max_seq()
+        with svc.index.write_lock:
+            return svc.store.max_seq()
+
     @staticmethod
     def entitlement(identity: Identity) -> str:
         return " ".join(sorted(identity.scope_header.split())) or ANONYMOUS
@@ -321,8 +338,7 @@ class HaidipSurface:
         applied = {**q.filters.as_dict(), "trust_tier_min": params.trust_tier_min}
         fdigest = digest_of(applied)
         after = self.cursors.open(q.cursor, fdigest) if q.cursor else None
-        await asyncio.to_thread(svc.index.catch_up)
-        seq = await asyncio.to_thread(svc.store.max_seq)
+        seq = await asyncio.to_thread(self.feed_position)
         query = {"filters": applied, "top": q.top, "skip": q.skip, "cursor": q.cursor}
         etag = etag_of(seq, query, self.entitlement(identity))
         if matches(headers.get("if-none-match"), etag):
