@@ -5,7 +5,9 @@ list query parser's bounds."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from ans.governance.keys import SigningKey
@@ -18,6 +20,9 @@ from ans.surfaces.haidip_errors import HAIDIP_STATUS, HaidipCode, haidip_error
 from ans.surfaces.haidip_paging import Cursors, etag_of, matches
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "haidip.md"
+CARD = json.loads(
+    (Path(__file__).resolve().parents[1] / "fixtures" / "cards" / "translator-001.json").read_text()
+)
 
 
 def test_defaults_and_the_invoke_table_is_skipped(tmp_path: Path) -> None:
@@ -147,3 +152,24 @@ def test_search_body_bounds(doc: dict[str, object]) -> None:
     with pytest.raises(AgtpError) as info:
         parse_search(doc, 100)
     assert info.value.status == 400
+
+
+def test_bulk_import_line_carries_a_card_like_activate(
+    make_manifest: Any, gov_key: SigningKey
+) -> None:
+    import orjson
+    from ans.governance.keys import TrustedKeys
+    from ans.protocol.haidip_cards import CARD_FIELD
+
+    from ans.importer import verify_line
+
+    card = {**CARD, "id": "bulk-translator"}
+    line = orjson.dumps({"manifest": make_manifest("bulk-translator"), "agent_card": card})
+    manifest, caps, kid = verify_line(line, TrustedKeys([gov_key.public]), 1 << 20)
+    assert kid == gov_key.kid and manifest["agent_label"] == "bulk-translator"
+    assert caps[CARD_FIELD] == {"format": "haidip", "card": card}
+    assert "lang-fr" in caps["tags"]
+    bad = orjson.dumps({"manifest": make_manifest("x"), "agent_card": {"id": "x"}})
+    with pytest.raises(AgtpError) as info:
+        verify_line(bad, TrustedKeys([gov_key.public]), 1 << 20)
+    assert info.value.status == 422
