@@ -318,7 +318,9 @@ class HaidipSurface:
 
     @staticmethod
     def entitlement(identity: Identity) -> str:
-        return " ".join(sorted(identity.scope_header.split())) or ANONYMOUS
+        """The effective scope (token mode: header ∩ token), which decides
+        what the caller may see."""
+        return " ".join(sorted(str(identity.scope).split())) or ANONYMOUS
 
     # -- the routes ----------------------------------------------------------------------
     async def list_agents(

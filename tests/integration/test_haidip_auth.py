@@ -72,6 +72,11 @@ def test_token_scopes_are_the_entitlements(tmp_path: Path, server_factory: Any) 
         # the header asks for zone:finance; only the token that grants it gets it
         assert "zone:finance" not in zones_listed(c, headers(plain))
         assert "zone:finance" in zones_listed(c, headers(finance))
+        # same headers, other token: another entitlement, another ETag
+        tags = {
+            c.get(f"{BASE}/agents", headers=headers(t)).headers["etag"] for t in (plain, finance)
+        }
+        assert len(tags) == 2
         query = {"query": "audit a Solidity smart contract for reentrancy", "top": 10}
         found = c.post(
             f"{BASE}/agents/search", content=orjson.dumps(query), headers=headers(plain)
