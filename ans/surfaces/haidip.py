@@ -192,18 +192,18 @@ class HaidipSurface:
         correlation: str,
         scope: Scope,
     ) -> Answer:
-        if route.name == "openapi":
-            return 200, self.openapi, (("cache-control", "max-age=300"),)
-        if route.name == "card":
-            return (
-                200,
-                own_card(self.service.config, _base_url(scope, headers)),
-                (("cache-control", "max-age=300"),),
-            )
+        """One routed request: the client address pays first (every route),
+        then the route, through the gate; never raises."""
         try:
             self.gate.limit_address(route.gate_method, creds, headers, len(body))
         except AgtpError as exc:
             return self.refusal(exc, correlation, route)
+        if route.name == "openapi":
+            return 200, self.openapi, (("cache-control", "max-age=300"),)
+        if route.name == "card":
+            card = own_card(self.service.config, _base_url(scope, headers))
+            # its url follows the Host the caller used: caches must key on it
+            return 200, card, (("cache-control", "max-age=300"), ("vary", "host"))
         started = self.cpu_clock()
         refused = False
         try:
