@@ -1,6 +1,5 @@
 """HAIDIP agent cards (draft-cui section 3) and A2A agent cards, as pure
-functions: validation, a card -> capability document (what ANS indexes), and
-an indexed agent (manifest + capability document) -> HAIDIP card.
+functions: validation and a card -> capability document (what ANS indexes).
 
 Ingestion (:func:`capabilities_from_card`): a HAIDIP card (``id``, ``name``,
 ``description``, ``capabilities``, ``operations``, ``inputs``/``outputs``,
@@ -19,11 +18,8 @@ prefix (:func:`language_tag`, :func:`provider_tag`, :func:`auth_tag`), so the
 core's tag filter (the registry's hard-gate mask) applies them: one index,
 one filter path for every surface.
 
-Rendering (:func:`card_of`): a card kept at ingestion comes back verbatim
-(an A2A card translated to HAIDIP fields); any other agent's card is built
-from its manifest and capability document. Either way the card carries
-``ans``: what this ANS vouches for (canonical id, trust tier, governed, zone,
-behavioral score) — ``certification`` stays the provider's own claim.
+The other direction (an indexed agent -> HAIDIP card) is
+:mod:`.haidip_card_view`.
 """
 
 from __future__ import annotations
@@ -56,7 +52,6 @@ _PROTOCOL_RE = re.compile(r"[a-z][a-z0-9+.-]{0,31}")
 _TIME_RE = re.compile(
     r"\d{4}-\d{2}-\d{2}([Tt ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?([Zz]|[+-]\d{2}:\d{2})?)?"
 )
-_ID_SAFE = re.compile(r"[^A-Za-z0-9._:-]+")
 
 
 def language_tag(lang: str) -> str:
@@ -154,7 +149,7 @@ def card_format(card: Any) -> str:
     )
 
 
-def _dedup(values: list[str], bound: int) -> list[str]:
+def dedup(values: list[str], bound: int) -> list[str]:
     out: list[str] = []
     for v in values:
         if v and v not in out and len(v) <= MAX_TAG_CHARS:
@@ -199,14 +194,14 @@ def _check_haidip(card: Mapping[str, Any]) -> None:
     ):
         raise _bad("version must be a string of at most 64 characters")
     provider = card.get("provider")
-    if provider is not None and _provider_name(provider) is None:
+    if provider is not None and provider_name(provider) is None:
         raise _bad("provider must be a name or an object with name/organization")
     last = card.get("last_update")
     if last is not None and not (isinstance(last, str) and _TIME_RE.fullmatch(last)):
         raise _bad("last_update must be an RFC 3339 timestamp")
 
 
-def _provider_name(provider: Any) -> str | None:
+def provider_name(provider: Any) -> str | None:
     if isinstance(provider, Mapping):
         provider = provider.get("organization", provider.get("name"))
     if isinstance(provider, str) and 0 < len(provider.strip()) <= 256:
@@ -224,7 +219,7 @@ def _auth_values(card: Mapping[str, Any], fmt: str) -> list[Any]:
 
 def _facet_tags(card: Mapping[str, Any], fmt: str, languages: list[str]) -> list[str]:
     tags = [language_tag(lang) for lang in languages]
-    provider = _provider_name(card.get("provider"))
+    provider = provider_name(card.get("provider"))
     if provider is not None:
         tags.append(provider_tag(provider))
     tags.extend(auth_tag(auth_type_of(a)) for a in _auth_values(card, fmt))
@@ -233,7 +228,7 @@ def _facet_tags(card: Mapping[str, Any], fmt: str, languages: list[str]) -> list
 
 def _bindings(endpoint: str, protocols: list[str]) -> list[dict[str, Any]]:
     scheme = urlsplit(endpoint).scheme.lower() if ":" in endpoint else ""
-    names = _dedup([p.lower() for p in protocols] or [scheme or "https"], MAX_PROTOCOLS)
+    names = dedup([p.lower() for p in protocols] or [scheme or "https"], MAX_PROTOCOLS)
     return [
         {"protocol": p, "endpoint": endpoint, "media_types": ["application/json"]} for p in names
     ]
@@ -244,7 +239,7 @@ def _haidip_capabilities(card: Mapping[str, Any]) -> dict[str, Any]:
     languages = _strings(card, "supported_languages", MAX_LANGUAGES, 35)
     plain = [*_strings(card, "capabilities", MAX_LIST, 64), *_strings(card, "tags", MAX_LIST, 64)]
     facets = _facet_tags(card, HAIDIP, languages)
-    tags = _dedup([normalize_tag(t) for t in plain], MAX_TAGS - len(facets)) + _dedup(facets, 16)
+    tags = dedup([normalize_tag(t) for t in plain], MAX_TAGS - len(facets)) + dedup(facets, 16)
     ops = card.get("operations") or []
     tools = [
         {
@@ -257,7 +252,7 @@ def _haidip_capabilities(card: Mapping[str, Any]) -> dict[str, Any]:
         "id": card["id"],
         "name": card["name"],
         "description": card["description"],
-        "tags": _dedup(tags, MAX_TAGS),
+        "tags": dedup(tags, MAX_TAGS),
         "bindings": _bindings(card["endpoint"], _strings(card, "protocols", MAX_PROTOCOLS, 32)),
         "auth": {"type": auth_type_of(_auth_values(card, HAIDIP)[0])},
     }
@@ -301,7 +296,7 @@ def _check_a2a(card: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     if version is not None and not (isinstance(version, str) and len(version) <= 64):
         raise _bad("version must be a string of at most 64 characters")
     provider = card.get("provider")
-    if provider is not None and _provider_name(provider) is None:
+    if provider is not None and provider_name(provider) is None:
         raise _bad("provider must be an object with organization")
     return skills
 
@@ -313,7 +308,7 @@ def _a2a_capabilities(card: Mapping[str, Any]) -> dict[str, Any]:
         plain.extend(s.get("tags") or [])
         plain.append(s["id"])
     facets = _facet_tags(card, A2A, [])
-    tags = _dedup([normalize_tag(t) for t in plain], MAX_TAGS - len(facets)) + _dedup(facets, 16)
+    tags = dedup([normalize_tag(t) for t in plain], MAX_TAGS - len(facets)) + dedup(facets, 16)
     examples: list[dict[str, str]] = []
     for s in skills:
         for text in s.get("examples") or []:
@@ -326,14 +321,14 @@ def _a2a_capabilities(card: Mapping[str, Any]) -> dict[str, Any]:
         }
         for s in skills
     ]
-    modes = _dedup(
+    modes = dedup(
         [*(card.get("defaultInputModes") or []), *(card.get("defaultOutputModes") or [])], 64
     )
     caps: dict[str, Any] = {
         "id": card["url"],
         "name": card["name"],
         "description": card["description"],
-        "tags": _dedup(tags, MAX_TAGS),
+        "tags": dedup(tags, MAX_TAGS),
         "bindings": _bindings(card["url"], ["a2a"]),
         "auth": {"type": auth_type_of(_auth_values(card, A2A)[0])},
     }
@@ -363,149 +358,3 @@ def with_card(caps: Mapping[str, Any], card: Any) -> dict[str, Any]:
     the card's capability fields, then the document's own (which win, as
     ``metadata`` does in ACTIVATE)."""
     return {**capabilities_from_card(card), **caps}
-
-
-# -- indexed agent -> HAIDIP card ---------------------------------------------------------
-def a2a_to_haidip(card: Mapping[str, Any]) -> dict[str, Any]:
-    """An A2A card's fields as a HAIDIP card (the A2A card is the source)."""
-    skills = [s for s in card.get("skills") or [] if isinstance(s, Mapping)]
-    tags: list[str] = []
-    for s in skills:
-        tags.extend(t for t in s.get("tags") or [] if isinstance(t, str))
-    default_in = list(card.get("defaultInputModes") or [])
-    default_out = list(card.get("defaultOutputModes") or [])
-    ops = []
-    for s in skills:
-        op: dict[str, Any] = {"name": s["id"], "title": s.get("name", s["id"])}
-        if s.get("description"):
-            op["description"] = s["description"]
-        op["inputs"] = {"modes": list(s.get("inputModes") or default_in)}
-        op["outputs"] = {"modes": list(s.get("outputModes") or default_out)}
-        if s.get("examples"):
-            op["examples"] = list(s["examples"])
-        ops.append(op)
-    schemes = card.get("securitySchemes")
-    auth = (
-        [auth_type_of(v) for v in schemes.values()]
-        if isinstance(schemes, Mapping) and schemes
-        else ["none"]
-    )
-    out: dict[str, Any] = {
-        "id": card["url"],
-        "name": card["name"],
-        "description": card["description"],
-        "capabilities": _dedup(tags or [str(s["id"]) for s in skills], MAX_LIST),
-        "operations": ops,
-        "inputs": {"modes": default_in},
-        "outputs": {"modes": default_out},
-        "endpoint": card["url"],
-        "authentication": auth[0] if len(auth) == 1 else auth,
-        "tags": _dedup(tags, MAX_LIST),
-        "protocols": ["a2a"],
-    }
-    if card.get("version") is not None:
-        out["version"] = card["version"]
-    provider = _provider_name(card.get("provider"))
-    if provider is not None:
-        out["provider"] = provider
-    return out
-
-
-def _built_card(manifest: Mapping[str, Any], caps: Mapping[str, Any]) -> dict[str, Any]:
-    """The card of an agent registered without one: from its manifest and
-    capability document (profile fields first, then the manifest's)."""
-    raw_tags = caps.get("tags")
-    tags = [t for t in raw_tags if isinstance(t, str)] if isinstance(raw_tags, list) else []
-    plain = [t for t in tags if not t.startswith(("lang-", "provider-", "auth-"))]
-    tools = caps.get("tools")
-    if isinstance(tools, list) and tools:
-        ops = [
-            {"name": t["name"], **({"description": t["description"]} if "description" in t else {})}
-            if isinstance(t, Mapping)
-            else {"name": str(t)}
-            for t in tools
-        ]
-    else:
-        methods = caps.get("supported_methods") or manifest.get("supported_methods") or []
-        ops = [{"name": str(m)} for m in methods if isinstance(m, str)]
-    bindings = [b for b in caps.get("bindings") or [] if isinstance(b, Mapping)]
-    uri = manifest.get("manifest_uri")
-    endpoint = bindings[0].get("endpoint") if bindings else uri
-    protocols = _dedup([str(b.get("protocol", "")) for b in bindings] or ["agtp"], MAX_PROTOCOLS)
-    media = caps.get("modalities")
-    modes = [m for m in media if isinstance(m, str)] if isinstance(media, list) else []
-    auth = caps.get("auth")
-    card: dict[str, Any] = {
-        "id": caps["id"] if isinstance(caps.get("id"), str) else manifest["canonical_id"],
-        "name": caps.get("name", manifest.get("agent_label", "")),
-        "description": caps.get("description", manifest.get("job_description", "")),
-        "capabilities": plain,
-        "operations": ops,
-        "inputs": {"modes": modes or ["application/json"]},
-        "outputs": {"modes": modes or ["application/json"]},
-        "endpoint": endpoint,
-        "authentication": auth.get("type", "none") if isinstance(auth, Mapping) else "none",
-        "tags": plain,
-        "protocols": protocols,
-    }
-    langs = caps.get("supported_languages")
-    if isinstance(langs, list):
-        card["supported_languages"] = [x for x in langs if isinstance(x, str)]
-    version = caps.get("version", manifest.get("version"))
-    if version is not None:
-        card["version"] = version
-    if manifest.get("principal_org"):
-        card["provider"] = manifest["principal_org"]
-    if isinstance(caps.get("license"), str):
-        card["license"] = caps["license"]
-    return card
-
-
-def card_of(
-    manifest: Mapping[str, Any], caps: Mapping[str, Any], *, last_update: str | None = None
-) -> dict[str, Any]:
-    """The HAIDIP card of an indexed agent: the card it was registered with
-    (verbatim; an A2A card as HAIDIP fields), else one built from its
-    manifest and capability document; plus ``last_update`` when the card
-    has none, and ``ans`` (what this ANS vouches for)."""
-    kept = caps.get(CARD_FIELD)
-    fmt = kept.get("format") if isinstance(kept, Mapping) else None
-    source = kept.get("card") if isinstance(kept, Mapping) else None
-    if fmt == HAIDIP and isinstance(source, Mapping):
-        card = dict(source)
-    elif fmt == A2A and isinstance(source, Mapping):
-        card = a2a_to_haidip(source)
-    else:
-        card = _built_card(manifest, caps)
-        fmt = None
-    if last_update is not None and "last_update" not in card:
-        card["last_update"] = last_update
-    card["ans"] = trust_fields(manifest, fmt)
-    return card
-
-
-def trust_fields(manifest: Mapping[str, Any], fmt: str | None = None) -> dict[str, Any]:
-    """What the ANS vouches for about an agent (never the card's claims)."""
-    out = {
-        "canonical_id": manifest.get("canonical_id"),
-        "trust_tier": manifest.get("trust_tier"),
-        "behavioral_trust_score": manifest.get("behavioral_trust_score"),
-        "governed": not isinstance(manifest.get("self_asserted"), Mapping),
-        "governance_zone": manifest.get("governance_zone"),
-        "org_domain": manifest.get("org_domain"),
-    }
-    if fmt is not None:
-        out["card_format"] = fmt
-    return out
-
-
-def public_id(caps: Mapping[str, Any], canonical_id: str) -> str:
-    """The id a HAIDIP client names the agent by: the declared id, else the
-    canonical id."""
-    declared = caps.get("id")
-    return declared if isinstance(declared, str) else canonical_id
-
-
-def slug(text: str) -> str:
-    """A card id from free text (``ans import-cards`` names cards that lack one)."""
-    return _ID_SAFE.sub("-", text.strip()).strip("-")[:200] or "agent"

@@ -25,12 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 import numpy as np
@@ -38,15 +36,14 @@ import orjson
 import structlog
 
 from ans.governance.audit import rfc3339
-from ans.governance.policy import DISCOVERY_QUERY, requester_fields, require_scope
-from ans.governance.profile_metadata import epoch, metadata_updated_at
+from ans.governance.policy import DISCOVERY_QUERY, require_scope
+from ans.governance.profile_metadata import metadata_updated_at
 from ans.governance.signing import RESULT_SIGNATURE_FIELD, sign_document
 from ans.protocol import jsonstrict
 from ans.protocol.binding import header_map
 from ans.protocol.envelope import has_identity
 from ans.protocol.errors import (
     AgtpError,
-    BadRequest,
     ErrorCode,
     InvalidBody,
     NotFound,
@@ -54,7 +51,7 @@ from ans.protocol.errors import (
     Unauthorized,
     UnsupportedContentType,
 )
-from ans.protocol.haidip_cards import capabilities_from_card, card_of
+from ans.protocol.haidip_card_view import card_of
 from ans.protocol.haidip_query import (
     discover_parameters,
     parse_list_query,
@@ -75,9 +72,19 @@ from ..gate import REFUSED_AFTER_PARSING, Credentials, RequestGate
 from ..haidip_config import HaidipSettings
 from ..profile_metadata import profile_canonical_id
 from ..service import AnsService
-from .haidip_errors import haidip_error
+from .haidip_errors import haidip_error, wrong_method
 from .haidip_paging import Cursors, digest_of, etag_of, matches
-from .haidip_render import http_date, own_card, search_result, summary, with_public_id
+from .haidip_render import (
+    base_url,
+    epoch_key,
+    http_date,
+    openapi_document,
+    own_card,
+    search_result,
+    summary,
+    with_public_id,
+)
+from .haidip_upload import admit_card, audit_upload_off
 
 log = structlog.get_logger("ans.haidip")
 Scope = MutableMapping[str, Any]
@@ -88,11 +95,9 @@ ReadBody = Callable[[Receive, dict[str, str]], Awaitable[bytes]]
 Answer = tuple[int, dict[str, Any] | None, tuple[tuple[str, str], ...]]
 
 WELL_KNOWN = "/.well-known/agent-card.json"
-DEFAULT_BASE = "/haidip/v1"  # the paths of ans/openapi/haidip.json
 INVOKE_SUFFIX = "/invoke"
 JSON_TYPES = frozenset({"application/json"})
 MAX_AGENT_ID_CHARS = 512
-MAX_HOST_CHARS = 256
 SOURCE = "haidip"
 # The gate's method names (its per-Agent-ID limit and the audit records).
 DISCOVER, DESCRIBE, REGISTER = "DISCOVER", "DESCRIBE", "REGISTER"
@@ -116,11 +121,6 @@ class Asking:
     task_id: str | None
 
 
-def load_openapi() -> bytes:
-    """The OpenAPI 3.1 document of this surface (ans/openapi/haidip.json)."""
-    return resources.files("ans").joinpath("openapi/haidip.json").read_bytes()
-
-
 class HaidipSurface:
     def __init__(
         self,
@@ -141,17 +141,7 @@ class HaidipSurface:
         self.perf_clock = perf_clock
         self.new_id = new_id
         self.cursors = Cursors(service.key)
-        self.openapi = self._openapi_for(settings.base_path)
-
-    def _openapi_for(self, base: str) -> dict[str, Any]:
-        """The document, its paths moved under ``base`` when configured so."""
-        doc: dict[str, Any] = json.loads(load_openapi())
-        if base != DEFAULT_BASE:
-            doc["paths"] = {
-                (base + p[len(DEFAULT_BASE) :] if p.startswith(DEFAULT_BASE) else p): v
-                for p, v in doc["paths"].items()
-            }
-        return doc
+        self.openapi = openapi_document(settings.base_path)
 
     def owns(self, path: str) -> bool:
         if path == WELL_KNOWN:
@@ -201,7 +191,7 @@ class HaidipSurface:
         if route.name == "openapi":
             return 200, self.openapi, (("cache-control", "max-age=300"),)
         if route.name == "card":
-            card = own_card(self.service.config, _base_url(scope, headers))
+            card = own_card(self.service.config, base_url(scope, headers))
             # its url follows the Host the caller used: caches must key on it
             return 200, card, (("cache-control", "max-age=300"), ("vary", "host"))
         started = self.cpu_clock()
@@ -224,29 +214,29 @@ class HaidipSurface:
     def route(self, method: str, path: str) -> Route:
         if path == WELL_KNOWN:
             if method not in ("GET", "HEAD"):
-                raise _wrong_method(method, "GET")
+                raise wrong_method(method, "GET")
             return Route("card", DESCRIBE)
         rest = path[len(self.base) :].rstrip("/")
         if rest == "/openapi.json":
             if method not in ("GET", "HEAD"):
-                raise _wrong_method(method, "GET")
+                raise wrong_method(method, "GET")
             return Route("openapi", DESCRIBE)
         if rest == "/agents":
             if method == "GET":
                 return Route("list", DISCOVER)
             if method == "POST":
                 return Route("register", REGISTER)
-            raise _wrong_method(method, "GET, POST")
+            raise wrong_method(method, "GET, POST")
         if rest == "/agents/search":
             if method != "POST":
-                raise _wrong_method(method, "POST")
+                raise wrong_method(method, "POST")
             return Route("search", DISCOVER)
         if rest.startswith("/agents/"):
             agent_id = rest[len("/agents/") :]
             if len(agent_id) > MAX_AGENT_ID_CHARS:
                 raise NotFound(f"no agent with an id of {len(agent_id)} characters")
             if method != "GET":
-                raise _wrong_method(method, "GET")
+                raise wrong_method(method, "GET")
             return Route("get", DESCRIBE, agent_id)
         raise NotFound(
             f"{method[:16]} {path[:100]} is not a HAIDIP resource; see GET {self.base}/agents, "
@@ -369,7 +359,7 @@ class HaidipSurface:
         out = sign_document(body, svc.key, RESULT_SIGNATURE_FIELD)
         extra: list[tuple[str, str]] = [("etag", etag), ("cache-control", "private, no-cache")]
         updates = [a["last_update"] for a in agents if isinstance(a.get("last_update"), str)]
-        modified = http_date(max(updates, key=_epoch_key)) if updates else None
+        modified = http_date(max(updates, key=epoch_key)) if updates else None
         if modified is not None:
             extra.append(("last-modified", modified))
         return 200, out, tuple(extra)
@@ -454,35 +444,16 @@ class HaidipSurface:
     async def register(
         self, headers: dict[str, str], body: bytes, creds: Credentials, correlation: str
     ) -> Answer:
-        svc = self.service
         if not self.settings.card_upload:
-            self._audit_refused_upload(headers, correlation)
+            audit_upload_off(self.service, headers, correlation)
             raise NotFound(
                 f"card upload is not enabled on this ANS: POST {self.base}/agents is served "
                 "only with [haidip] card_upload = true"
             )
         card = self.json_object(headers, body, "a HAIDIP or A2A agent card")
         identity = self.asking(Route("register", REGISTER), headers, creds, correlation)
-        try:
-            caps = capabilities_from_card(card)
-        except AgtpError as exc:
-            svc.audit.record(
-                "self_asserted_refused",
-                status=exc.status,
-                code=exc.code,
-                **requester_fields(identity, SOURCE, correlation),
-                source=SOURCE,
-                profile_id=str(card.get("id", card.get("url", "")))[:256],
-                reason=exc.message,
-            )
-            raise
-        # discovery:register (451 -> 403), conflicts, staleness: the registrar's,
-        # audited there; a tier-3, governed: false record.
-        result = await asyncio.to_thread(
-            svc.admit_self_asserted, caps, source=SOURCE, identity=identity, task_id=correlation
-        )
-        status = 200 if result.get("unchanged") else 201
-        return status, sign_document(result, svc.key, RESULT_SIGNATURE_FIELD), ()
+        status, out = await admit_card(self.service, card, identity, correlation)
+        return status, out, ()
 
     # -- helpers -----------------------------------------------------------------------
     @staticmethod
@@ -514,20 +485,6 @@ class HaidipSurface:
         err = haidip_error(exc, correlation)
         return err.status, err.body, err.headers
 
-    def _audit_refused_upload(self, headers: Mapping[str, str], correlation: str) -> None:
-        try:
-            who = requester_fields(parse_identity(headers), SOURCE, correlation)
-        except AgtpError:
-            who = {"method": SOURCE, "task_id": correlation}
-        self.service.audit.record(
-            "self_asserted_refused",
-            status=404,
-            code=ErrorCode.NOT_FOUND,
-            **who,
-            source=SOURCE,
-            reason="card upload is not enabled ([haidip] card_upload)",
-        )
-
     @staticmethod
     async def _send(
         send: Send,
@@ -547,29 +504,3 @@ class HaidipSurface:
         ]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": data})
-
-
-def _epoch_key(value: str) -> float:
-    return epoch(value) or 0.0
-
-
-def _base_url(scope: Scope, headers: Mapping[str, str]) -> str:
-    """scheme://authority the caller used (Host / :authority), else the listener's."""
-    scheme = str(scope.get("scheme", "http"))
-    host = headers.get("host") or headers.get(":authority")
-    if (
-        host is None
-        or len(host) > MAX_HOST_CHARS
-        or not all(c.isalnum() or c in ".-:[]" for c in host)
-    ):
-        server = scope.get("server")
-        host = f"{server[0]}:{server[1]}" if server else "localhost"
-    return f"{scheme}://{host}"
-
-
-def _wrong_method(method: str, allowed: str) -> BadRequest:
-    return BadRequest(
-        f"method {method[:16]} is not allowed here; use {allowed}",
-        code=ErrorCode.UNSUPPORTED_METHOD,
-        headers=(("allow", allowed),),
-    )

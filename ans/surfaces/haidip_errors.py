@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from ans.protocol.errors import AgtpError, ErrorCode
+from ans.protocol.errors import AgtpError, BadRequest, ErrorCode
 
 MAX_MESSAGE_CHARS = 300
 KEPT_HEADERS = frozenset({"retry-after", "www-authenticate", "allow"})
@@ -133,3 +133,12 @@ def haidip_error(exc: AgtpError, correlation_id: str) -> HaidipError:
         "detail": str(exc.code),
     }
     return HaidipError(status, {"error": error}, headers)
+
+
+def wrong_method(method: str, allowed: str) -> BadRequest:
+    """405 ``MethodNotAllowed`` (``Allow`` names what the route serves)."""
+    return BadRequest(
+        f"method {method[:16]} is not allowed here; use {allowed}",
+        code=ErrorCode.UNSUPPORTED_METHOD,
+        headers=(("allow", allowed),),
+    )

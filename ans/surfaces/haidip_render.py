@@ -1,14 +1,17 @@
 """HAIDIP's messages out, as pure functions: one listed agent, one search
 result (from a core DISCOVER result item: nothing recomputed), HTTP dates,
 and this ANS's own A2A-shaped agent card (``/.well-known/agent-card.json``:
-its skills are the surfaces it offers).
+its skills are the surfaces it offers), and the OpenAPI document under the
+configured base path.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from email.utils import format_datetime
+from importlib import resources
 from typing import Any
 
 from ans.governance.profile_metadata import epoch
@@ -19,6 +22,8 @@ from ..profile_metadata import profile_canonical_id
 
 FACET_PREFIXES = ("lang-", "provider-", "auth-")
 A2A_PROTOCOL_VERSION = "0.3.0"
+DEFAULT_BASE = "/haidip/v1"  # the paths of ans/openapi/haidip.json
+MAX_HOST_CHARS = 256
 
 
 def _protocols(bindings: Any) -> list[str]:
@@ -209,3 +214,38 @@ def own_card(config: Config, base_url: str) -> dict[str, Any]:
         "security": [{name: []} for name in schemes],
         "documentationUrl": f"{base}/openapi.json",
     }
+
+
+def epoch_key(value: str) -> float:
+    """Sort key of an RFC 3339 time (0 when it is not one)."""
+    return epoch(value) or 0.0
+
+
+def base_url(scope: Mapping[str, Any], headers: Mapping[str, str]) -> str:
+    """scheme://authority the caller used (Host / :authority), else the listener's."""
+    scheme = str(scope.get("scheme", "http"))
+    host = headers.get("host") or headers.get(":authority")
+    if (
+        host is None
+        or len(host) > MAX_HOST_CHARS
+        or not all(c.isalnum() or c in ".-:[]" for c in host)
+    ):
+        server = scope.get("server")
+        host = f"{server[0]}:{server[1]}" if server else "localhost"
+    return f"{scheme}://{host}"
+
+
+def load_openapi() -> bytes:
+    """The OpenAPI 3.1 document of this surface (ans/openapi/haidip.json)."""
+    return resources.files("ans").joinpath("openapi/haidip.json").read_bytes()
+
+
+def openapi_document(base: str) -> dict[str, Any]:
+    """The document, its paths moved under ``base`` when configured so."""
+    doc: dict[str, Any] = json.loads(load_openapi())
+    if base != DEFAULT_BASE:
+        doc["paths"] = {
+            (base + p[len(DEFAULT_BASE) :] if p.startswith(DEFAULT_BASE) else p): v
+            for p, v in doc["paths"].items()
+        }
+    return doc

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from ans.governance.manifest import validate_capabilities
 from ans.protocol.errors import InvalidCapabilities
+from ans.protocol.haidip_card_view import card_of
 from ans.protocol.haidip_cards import (
     CARD_FIELD,
     auth_type_of,
     capabilities_from_card,
     card_format,
-    card_of,
     with_card,
 )
 from ans.protocol.haidip_query import discover_parameters, parse_filters, parse_search
