@@ -61,6 +61,7 @@ from .newer_surface import NewerSurface
 from .refusals import SIGNED_METHODS, refusal_object, sign_refusal
 from .request_log import NOTE, RequestLog, RequestLogSettings, note
 from .service import AnsService
+from .surfaces.haidip import HaidipSurface
 from .surfaces.profile import ProfileSurface
 
 Scope = MutableMapping[str, Any]
@@ -130,6 +131,13 @@ class AnsApp:
             if settings.enabled
             else None
         )
+        # HAIDIP REST ([haidip]), same gate; paths ending in /invoke are not its.
+        haidip = service.config.haidip
+        self.haidip = (
+            HaidipSurface(service, self.gate, haidip, self._read_body, cpu_clock)
+            if haidip.enabled
+            else None
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -168,6 +176,13 @@ class AnsApp:
             and self.profile.owns(scope["path"])
         ):
             await self.profile.handle(scope, receive, send)
+            return
+        if (
+            self.haidip is not None
+            and scope["method"] in HTTP_METHODS
+            and self.haidip.owns(scope["path"])
+        ):
+            await self.haidip.handle(scope, receive, send)
             return
         task_id: str | None = None
         method: str | None = None

@@ -27,6 +27,7 @@ from ans.governance.ratelimit import RateLimitSettings, parse_networks
 from .ann import AnnSettings
 from .config_env import PREFIX, EnvError, env_table, merge, strip_origins
 from .freshness_policy import FreshnessConfigError, FreshnessSettings, freshness_from_table
+from .haidip_config import HaidipConfigError, HaidipSettings, haidip_from_table
 from .relevance import GATES, RelevanceGate
 
 
@@ -167,6 +168,8 @@ class Config:
     peers: tuple[Peer, ...] = ()
     # [freshness]: refresh scheduler, availability polling, governance webhook
     freshness: FreshnessSettings = field(default_factory=FreshnessSettings)
+    # [haidip]: the HAIDIP REST surface (ans.haidip_config)
+    haidip: HaidipSettings = field(default_factory=HaidipSettings)
     # [logging]
     log_level: str = "info"
     log_format: str = "console"
@@ -447,6 +450,7 @@ RENAMED = _RENAMED
 TABLES = {
     "federation": "federation",
     "freshness": "freshness",
+    "haidip": "haidip",
     "rate_limit": "rate_limit",
     "index": "index",
     "ranking": "ranking",
@@ -494,6 +498,12 @@ def load_with_origin(
                 try:
                     values["freshness"] = freshness_from_table(body)
                 except FreshnessConfigError as exc:
+                    raise ConfigError(str(exc)) from None
+                continue
+            if section == "haidip":
+                try:
+                    values["haidip"] = haidip_from_table(body)
+                except HaidipConfigError as exc:
                     raise ConfigError(str(exc)) from None
                 continue
             if section == "rate_limit":
