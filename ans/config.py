@@ -22,11 +22,13 @@ from ans.federation.peers import (
     check_peers,
     federation_from_table,
 )
+from ans.governance.apikeys import ApiKey, ConfigProblem, parse_api_keys
 from ans.governance.ratelimit import RateLimitSettings, parse_networks
 
 from .ann import AnnSettings
 from .config_env import PREFIX, EnvError, env_table, merge, strip_origins
 from .freshness_policy import FreshnessConfigError, FreshnessSettings, freshness_from_table
+from .invoke_config import InvokeConfigError, InvokeSettings, invoke_from_table
 from .relevance import GATES, RelevanceGate
 
 
@@ -128,6 +130,9 @@ class Config:
     # mtls mode: SubjectAltName URIs of peer ANS servers trusted to forward a
     # DISCOVER (AGTP-Federation-Path set) on behalf of the caller they name.
     auth_forwarders: tuple[str, ...] = ()
+    # [[auth.api_keys]]: hashed API keys, each mapped to a principal and scopes
+    # (ans.governance.apikeys); accepted in every auth mode.
+    auth_api_keys: tuple[ApiKey, ...] = ()
     # [rate_limit] per Agent-ID and per client address
     rate_limit: RateLimitSettings = field(default_factory=RateLimitSettings)
     # [index] exact below exact_max agents, FAISS IVF-SQ8 candidates above
@@ -167,6 +172,8 @@ class Config:
     peers: tuple[Peer, ...] = ()
     # [freshness]: refresh scheduler, availability polling, governance webhook
     freshness: FreshnessSettings = field(default_factory=FreshnessSettings)
+    # [haidip.invoke]: the HAIDIP invocation gateway (ans.invoke_config)
+    invoke: InvokeSettings = field(default_factory=InvokeSettings)
     # [logging]
     log_level: str = "info"
     log_format: str = "console"
@@ -390,13 +397,22 @@ _SECTIONS = {
         "log_intents",
     },
     "metrics": {"enabled"},
-    "auth": {"mode", "token_issuer", "token_audience", "token_jwks", "token_leeway", "forwarders"},
+    "auth": {
+        "mode",
+        "token_issuer",
+        "token_audience",
+        "token_jwks",
+        "token_leeway",
+        "forwarders",
+        "api_keys",
+    },
 }
 # TOML keys whose Config field has another name.
 _RENAMED: dict[tuple[str, str], str] = {
     ("auth", "mode"): "auth_mode",
     ("profile", "redact"): "profile_redact",
     ("auth", "forwarders"): "auth_forwarders",
+    ("auth", "api_keys"): "auth_api_keys",
     ("profile", "enabled"): "profile_enabled",
     ("profile", "base_path"): "profile_base_path",
     ("profile", "self_registration"): "profile_self_registration",
@@ -426,6 +442,11 @@ def _coerce(name: str, value: Any, base: Path) -> Any:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError("[profile] redact must be a list of field paths")
         return tuple(value)
+    if name == "auth_api_keys":
+        try:
+            return parse_api_keys(value)
+        except ConfigProblem as exc:
+            raise ConfigError(str(exc)) from None
     if name == "auth_forwarders":
         if not isinstance(value, list):
             raise ConfigError("[auth] forwarders must be a list of URIs")
@@ -450,6 +471,7 @@ TABLES = {
     "rate_limit": "rate_limit",
     "index": "index",
     "ranking": "ranking",
+    "haidip.invoke": "invoke",
 }
 
 
@@ -498,6 +520,16 @@ def load_with_origin(
                 continue
             if section == "rate_limit":
                 values["rate_limit"] = _rate_limit(body)
+                continue
+            if section == "haidip":
+                # Only the gateway's subtable so far; the HAIDIP surface's own
+                # [haidip] keys arrive with it (its parser skips "invoke").
+                if not isinstance(body, dict) or set(body) - {"invoke"}:
+                    raise ConfigError("[haidip] supports only the [haidip.invoke] table here")
+                try:
+                    values["invoke"] = invoke_from_table(body.get("invoke", {}), file_base)
+                except InvokeConfigError as exc:
+                    raise ConfigError(str(exc)) from None
                 continue
             if section == "index":
                 values["index"] = _index(body)
@@ -612,6 +644,8 @@ def _check_type(key: str, value: Any, default: Any) -> None:
         ok = isinstance(value, Path)
     elif key == "peers":
         ok = isinstance(value, tuple) and all(isinstance(v, Peer) for v in value)
+    elif key == "auth_api_keys":
+        ok = isinstance(value, tuple) and all(isinstance(v, ApiKey) for v in value)
     elif isinstance(default, bool):
         ok = isinstance(value, bool)
     elif isinstance(default, float):
