@@ -28,6 +28,7 @@ import socket
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
+from http.cookiejar import Cookie, CookieJar
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -206,7 +207,7 @@ def downstream_headers(
 def make_client(settings: InvokeSettings) -> httpx.AsyncClient:
     """One client for every invocation: HTTP/2 when the agent offers it
     (ALPN), else HTTP/1.1; redirects not followed; no proxy from the
-    environment; the gateway's client certificate and CA bundle when set.
+    environment; no cookies kept; the gateway's client certificate and CA bundle when set.
     OSError / ssl.SSLError when a certificate file is unusable."""
     context = ssl.create_default_context(
         cafile=str(settings.ca_bundle) if settings.ca_bundle is not None else None
@@ -214,6 +215,7 @@ def make_client(settings: InvokeSettings) -> httpx.AsyncClient:
     if settings.client_certfile is not None and settings.client_keyfile is not None:
         context.load_cert_chain(str(settings.client_certfile), str(settings.client_keyfile))
     return httpx.AsyncClient(
+        cookies=_NoCookies(),
         http1=True,
         http2=settings.http2,
         verify=context,
@@ -221,6 +223,17 @@ def make_client(settings: InvokeSettings) -> httpx.AsyncClient:
         trust_env=False,
         limits=httpx.Limits(max_connections=512, max_keepalive_connections=64),
     )
+
+
+class _NoCookies(CookieJar):
+    """A cookie jar that keeps nothing: one agent's Set-Cookie must never
+    ride on a later caller's request."""
+
+    def set_cookie(self, cookie: Cookie) -> None:
+        return None
+
+    def extract_cookies(self, response: Any, request: Any) -> None:
+        return None
 
 
 def timeout_error(exc: httpx.TimeoutException, target: Target) -> UpstreamTimeout:
