@@ -59,6 +59,7 @@ GOVERNANCE = {
 }
 GATEWAY_TOKEN = "gateway-token-" + uuid.uuid4().hex
 API_KEY = "ans_test-key-" + uuid.uuid4().hex
+READER_KEY = "ans_reader-key-" + uuid.uuid4().hex
 BODY_MARKER = "BODY-MARKER-" + uuid.uuid4().hex
 CALLER_SECRET = "caller-secret-" + uuid.uuid4().hex
 PER_AGENT_BURST = 20
@@ -253,6 +254,11 @@ restricted = ["zone:finance"]
 hash = "{key_hash(API_KEY)}"
 principal_id = "usr-keyed"
 scopes = ["agents:invoke"]
+
+[[auth.api_keys]]
+hash = "{key_hash(READER_KEY)}"
+principal_id = "usr-reader"
+scopes = ["discovery:query"]
 
 [haidip.invoke]
 allow_http = true
@@ -463,6 +469,30 @@ def test_api_key_without_identity_headers(world: dict[str, Any]) -> None:
     assert ok and ok[-1]["agent_id"] == "apikey:usr-keyed"
     failed = [a for a in records if a["event"] == "authentication_failed"]
     assert failed and failed[-1]["credential"] == "api_key"
+
+
+def test_api_keys_on_agtp_discover(world: dict[str, Any]) -> None:
+    """The same keys authenticate AGTP: accepted, its scopes enforced (451
+    when the key lacks discovery:query), bound to its principal, wrong key 401."""
+    reader = {
+        "agent-id": "agtp://client.example/agents/reader",
+        "principal-id": "usr-reader",
+        "authority-scope": "discovery:query",
+        "content-type": "application/agtp+json",
+        "agtp-method": "DISCOVER",
+    }
+    body = agtp("DISCOVER", {"intent": "answer invocations for the gateway tests"})
+    with httpx.Client(base_url=world["srv"].url, timeout=30) as c:
+        ok = c.post("/agtp", headers={**reader, "x-api-key": READER_KEY}, content=body)
+        assert ok.status_code == 200, ok.text
+        assert ok.json()["result"]["returned"] >= 1
+        keyed = {**reader, "principal-id": "usr-keyed", "x-api-key": API_KEY}
+        r = c.post("/agtp", headers=keyed, content=body)
+        assert r.status_code == 451 and r.json()["error"]["code"] == "scope_violation"
+        r = c.post("/agtp", headers={**reader, "x-api-key": API_KEY}, content=body)
+        assert r.status_code == 401 and r.json()["error"]["code"] == "api_key_identity_mismatch"
+        r = c.post("/agtp", headers={**reader, "authorization": "ApiKey nope"}, content=body)
+        assert r.status_code == 401 and r.json()["error"]["code"] == "api_key_invalid"
 
 
 def test_rate_limit_per_target_agent(world: dict[str, Any]) -> None:
