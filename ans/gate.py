@@ -17,6 +17,13 @@ token mode: scope = header scope ∩ token scope, plus the verified token for
 federation), so every later check uses it. In mtls mode, a DISCOVER on a
 federation path may come from a trusted forwarding ANS (``[auth] forwarders``)
 speaking for the caller it names; that is audited as ``authentication_forwarded``.
+
+In every mode a request may instead carry an API key (``X-API-Key`` or
+``Authorization: ApiKey <key>``, ``[[auth.api_keys]]``,
+:mod:`ans.governance.apikeys`): it is checked instead of the mode's
+credential, binds the Principal-ID (and the Agent-ID when the key names one)
+and narrows the scope to the key's; a refused key is ``authentication_failed``
+with ``credential: "api_key"``. The key itself is never logged.
 """
 
 from __future__ import annotations

@@ -257,23 +257,24 @@ class InvokeSurface:
             raise timeout_error(exc, target) from None
         except (httpx.HTTPError, OSError) as exc:
             raise unreachable(exc, target) from None
-        await self._relay(response, target, cid, request_id, len(body), began, send, who)
+        relay = (target, cid, request_id, len(body), began)
+        await self._relay(response, relay, receive, send, who)
 
     async def _relay(
         self,
         response: httpx.Response,
-        target: Target,
-        cid: str,
-        request_id: str,
-        bytes_in: int,
-        began: float,
+        relay: tuple[Target, str, str, int, float],
+        receive: Receive,
         send: Send,
         who: dict[str, Any],
     ) -> None:
-        """Relay the agent's answer chunk by chunk, bounded; audit it."""
+        """Relay the agent's answer chunk by chunk, bounded; stop when the
+        caller goes away (an endless event stream must not outlive it); audit it."""
+        target, cid, request_id, bytes_in, began = relay
         limit = self.settings.max_response_bytes
         outcome = "complete"
         size = 0
+        gone = asyncio.ensure_future(receive())  # the body is read: only a disconnect comes
         try:
             length = response.headers.get("content-length", "")
             if length.isdigit() and int(length) > limit:
@@ -290,6 +291,9 @@ class InvokeSurface:
             )
             try:
                 async for chunk in response.aiter_raw():
+                    if gone.done():
+                        outcome = "client_gone"
+                        return
                     if size + len(chunk) > limit:
                         outcome = "truncated"
                         break
@@ -301,6 +305,7 @@ class InvokeSurface:
                 outcome = "upstream_broken"
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
+            gone.cancel()
             await response.aclose()
             self.service.audit.record(
                 "invocation",

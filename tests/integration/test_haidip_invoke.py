@@ -21,6 +21,7 @@ import json
 import socket
 import ssl
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -107,6 +108,15 @@ class FakeAgent:
             self.released_in_time = await loop.run_in_executor(None, self.release.wait, 20)
             for event in (b"data: two\n\n", b"data: three\n\n"):
                 await send({"type": "http.response.body", "body": event, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        if path == "/endless":  # an event every 50 ms, for 100 s at most
+            headers = [(b"content-type", b"text/event-stream")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            for i in range(2000):
+                event = f"data: {i}\n\n".encode()
+                await send({"type": "http.response.body", "body": event, "more_body": True})
+                await asyncio.sleep(0.05)
             await send({"type": "http.response.body", "body": b""})
             return
         if path == "/slow":
@@ -284,6 +294,7 @@ read_timeout = 0.5
         "busy": f"{base}/echo",
         "tls-echo": f"https://127.0.0.1:{tls.port}/echo",
         "stream": f"{base}/sse",
+        "endless": f"{base}/endless",
         "slow": f"{base}/slow",
         "big": f"{base}/big",
         "dead": f"http://127.0.0.1:{dead_port}/echo",
@@ -393,6 +404,26 @@ def test_event_stream_arrives_incrementally(world: dict[str, Any]) -> None:
                 got += chunk
     assert agent.released_in_time is True  # the first event came through before the rest
     assert got == b"data: one\n\ndata: two\n\ndata: three\n\n"
+
+
+def test_a_caller_that_leaves_ends_the_upstream_stream(world: dict[str, Any]) -> None:
+    with httpx.Client(base_url=world["srv"].url, timeout=30) as c:
+        with c.stream("POST", invoke_path("endless"), headers=CALLER, content=b"{}") as r:
+            assert r.status_code == 200
+            assert next(r.iter_raw()).startswith(b"data: 0")
+    # the gateway notices at the agent's next event and stops relaying
+    found: list[dict[str, Any]] = []
+    for _ in range(200):  # bounded wait for the audit record, not a timing assertion
+        found = [
+            a
+            for a in audit(world["srv"])
+            if a["event"] == "invocation" and a["target"] == cid_of("endless")
+        ]
+        if found:
+            break
+        time.sleep(0.05)
+    assert found and found[-1]["outcome"] == "client_gone"
+    assert found[-1]["bytes_out"] < 2000 * 8  # far from the whole stream
 
 
 @pytest.mark.parametrize(
