@@ -62,6 +62,7 @@ from .refusals import SIGNED_METHODS, refusal_object, sign_refusal
 from .request_log import NOTE, RequestLog, RequestLogSettings, note
 from .service import AnsService
 from .surfaces.haidip import HaidipSurface
+from .surfaces.haidip_invoke import InvokeSurface
 from .surfaces.profile import ProfileSurface
 
 Scope = MutableMapping[str, Any]
@@ -138,6 +139,15 @@ class AnsApp:
             if haidip.enabled
             else None
         )
+        # The HAIDIP invocation gateway ([haidip.invoke]), same gate; its
+        # upstream client closes with the lifespan.
+        self.invoke = (
+            InvokeSurface(service, self.gate, service.config.invoke, body_timeout=body_timeout)
+            if haidip.enabled and service.config.invoke.enabled
+            else None
+        )
+        if self.invoke is not None:
+            self.background = (*self.background, self.invoke)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -170,6 +180,13 @@ class AnsApp:
     async def _http_request(
         self, scope: Scope, receive: Receive, send: Send, address: str | None
     ) -> None:
+        if (
+            self.invoke is not None
+            and scope["method"] in HTTP_METHODS
+            and self.invoke.owns(scope["path"])
+        ):
+            await self.invoke.handle(scope, receive, send)
+            return
         if (
             self.profile is not None
             and scope["method"] in HTTP_METHODS  # `:method DISCOVER` stays AGTP on any path

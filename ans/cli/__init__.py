@@ -15,6 +15,7 @@ import os
 import sys
 
 from ..config import ConfigError
+from .apikey import cmd_apikey_new
 from .audit import cmd_audit_verify
 from .cards import cmd_import_cards
 from .config import cmd_backup, cmd_config_show, cmd_restore
@@ -71,6 +72,8 @@ def _run(args: argparse.Namespace) -> int:
         return cmd_backup(args)
     if args.command == "restore":
         return cmd_restore(args)
+    if args.command == "apikey":
+        return cmd_apikey_new(args)
     if args.command == "governance" and args.gov_command == "keygen":
         return cmd_keygen(args)
     return cmd_sign(args)
