@@ -291,6 +291,9 @@ class McpRegistry:
         changed on a rotation); raises when its key may not speak for the id."""
         if loaded.key_id == pinned.key_id:
             return pinned
+        if not pinned.key_id:  # unpinned by an operator (ans mcp forget): pin this key
+            self._audit_key("mcp_key_pinned", caller, ann.agent.agent_id, loaded.key_id)
+            return dataclasses.replace(pinned, key_pem=ann.agent.public_key, key_id=loaded.key_id)
         if loaded.key_id == pinned.previous_key_id and (pinned.previous_until or 0) > now:
             return pinned  # the rotated-out key, within its grace period
         if ann.rotation_signature is not None:
