@@ -39,7 +39,14 @@ from ans.governance.policy import (
     requester_fields,
     require_scope,
 )
-from ans.protocol.errors import AgtpError, NotFound, ServerError, SignatureInvalid, Unavailable
+from ans.protocol.errors import (
+    AgtpError,
+    Conflict,
+    NotFound,
+    ServerError,
+    SignatureInvalid,
+    Unavailable,
+)
 from ans.protocol.mcp_errors import McpDuplicateId, McpForbidden
 from ans.protocol.mcp_messages import (
     CURRENT_VERSION,
@@ -273,7 +280,7 @@ class McpRegistry:
             record, announcement=agent_bytes, digest=digest, last_seen=now, removed_at=None
         )
         if not self.trust.replace(record, pinned.key_id):
-            raise McpDuplicateId(
+            raise Conflict(
                 f"agent_id {agent_id} changed keys while this announcement was applied; retry"
             )
         return self._admit(ann, record, caller, now, first=False)
