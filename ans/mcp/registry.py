@@ -62,6 +62,7 @@ from ans.protocol.mcp_messages import (
 from ans.protocol.messages import Identity
 from ans.protocol.scope import AuthorityScope, parse_token
 
+from ..profile_metadata import check_metadata
 from ..service import AnsService
 from ..store_records import StoredAgent
 from .config import McpSettings
@@ -129,11 +130,11 @@ class McpCaller:
 
 @dataclass(frozen=True, slots=True)
 class Live:
-    """A live announced agent: its trust-store row, its registry record (None
-    before the first admission completed), the agent object as announced."""
+    """A live announced agent: its trust-store row, its (Active) registry
+    record, the agent object as announced."""
 
     trust: McpTrust
-    stored: StoredAgent | None
+    stored: StoredAgent
     agent: dict[str, Any]
 
 
@@ -231,6 +232,8 @@ class McpRegistry:
                 raise McpForbidden(
                     f"agent_id {ann.agent.agent_id} is not in this registry's allow-list"
                 )
+            # The record it would become must be admissible before its key is pinned.
+            check_metadata(self_asserted_metadata(ann.agent, ann.version.text))
             loaded = load_agent_key(ann.agent.public_key)
             agent_bytes = signed_bytes(ann.agent.raw)
             require_signature(loaded, agent_bytes, ann.signature, "signature")
@@ -404,14 +407,14 @@ class McpRegistry:
 
     def _live(self, recs: builtins.list[McpTrust], cutoff: float) -> builtins.list[Live]:
         """The live ones among ``recs`` (one store read for all): not past the
-        TTL (a stale agent is never answered, swept or not), not suspended or
-        retired by governance."""
+        TTL (a stale agent is never answered, swept or not) and their record
+        Active (admitted, not suspended or retired by governance)."""
         fresh = [r for r in recs if r.live(cutoff)]
         stored = self.service.store.get_many(canonical_id_of(r.agent_id) for r in fresh)
         out = []
         for r in fresh:
             s = stored.get(canonical_id_of(r.agent_id))
-            if s is None or s.lifecycle_state in ("Active", "Removed"):
+            if s is not None and s.lifecycle_state == "Active":
                 out.append(Live(r, s, orjson.loads(r.announcement)))
         return out
 

@@ -351,3 +351,14 @@ def test_mcp_settings_from_toml_and_environment(tmp_path: Path) -> None:
     assert cfg.mcp.enabled and cfg.mcp.ttl_seconds == 12.0 and cfg.mcp.mdns
     with pytest.raises(ConfigError, match=r"\[mcp\]"):
         load(None, {"ANS_MCP__TTL_SECONDS": "-1"})
+
+
+def test_an_unadmissible_agent_is_refused_before_its_key_is_pinned(make_world: Any) -> None:
+    w = make_world()
+    key = AgentKey()
+    agent = agent_object(key)
+    agent["transport"] = {"type": "tcp", "endpoint": "host with spaces"}
+    status, body = w.post(announce(key, agent))
+    assert status == 400 and body["error"]["code"] == "ErrMalformedPayload", body
+    assert w.registry.trust.get(agent["agent_id"]) is None
+    assert w.call("GET", f"{BASE}/agents")[2]["agents"] == []
