@@ -108,6 +108,9 @@ def test_announce_on_one_node_expire_everywhere(
             headers=WRITE,
         )
         assert r.status_code == 409 and r.json()["error"]["code"] == "ErrDuplicateID"
+        # dropped, audited, and so counted
+        metrics = cb.get("/metrics").text
+        assert 'ans_audit_events_total{event="mcp_announcement_dropped"} 1.0' in metrics
         # it stops announcing: gone from lists, then from DISCOVER on both nodes
         end = time.monotonic() + DEADLINE
         while time.monotonic() < end and (cid in discover(ca, 3) or cid in discover(cb, 3)):
