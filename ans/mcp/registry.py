@@ -70,6 +70,7 @@ from .errors import mcp_error
 from .query import match_query
 from .records import (
     SOURCE,
+    agent_id_of,
     canonical_id_of,
     has_capability,
     registry_view,
@@ -473,6 +474,25 @@ class McpRegistry:
         self._require_read(caller, QUERY)
         responses = match_query(self, q, caller)
         return McpReply(200, {"protocol_version": q.version.text, "responses": responses})
+
+    def change_event(self, canonical_id: str, version: str) -> dict[str, Any] | None:
+        """What a change-feed entry means to MCP subscribers (the WebSocket
+        side streams the store's feed): None for a record that is not an
+        announced agent; else ``{"change": "upsert", **Response}`` while the
+        agent is live, or ``{"change": "removed", "protocol_version",
+        "agent": {"agent_id"}, "matched": false}``."""
+        agent_id = agent_id_of(canonical_id)
+        if agent_id is None or self.trust.get(agent_id) is None:
+            return None
+        live = self.live(agent_id)
+        if live is not None:
+            return {"change": "upsert", **self.view(live, version, True)}
+        return {
+            "change": "removed",
+            "protocol_version": version,
+            "agent": {"agent_id": agent_id},
+            "matched": False,
+        }
 
     # -- removal --------------------------------------------------------------------
     def expire(self, rec: McpTrust, now: float) -> bool:

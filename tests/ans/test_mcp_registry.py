@@ -216,6 +216,17 @@ def test_ttl_expiry(make_world: Any) -> None:
         ("urn:uuid:" + a2["agent_id"], "Removed")
     ]
     assert any(r["event"] == "mcp_agent_expired" for r in w.audit())
+    # what a subscriber of the change feed is told
+    gone = w.registry.change_event(changes[0].canonical_id, "v1.0")
+    assert gone == {
+        "change": "removed",
+        "protocol_version": "v1.0",
+        "agent": {"agent_id": a2["agent_id"]},
+        "matched": False,
+    }
+    kept = w.registry.change_event("urn:uuid:" + a1["agent_id"], "v1.1")
+    assert kept["change"] == "upsert" and kept["agent"] == a1
+    assert w.registry.change_event("not-an-mcp-agent", "v1.0") is None
     # announcing again brings it back
     assert w.post(announce(k2, a2))[0] == 200
     _, _, listed = w.call("GET", f"{BASE}/agents")
