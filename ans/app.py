@@ -56,6 +56,7 @@ from ans.protocol.newer import name_parameter
 from ans.protocol.status import AGTP_SPECIFIC
 
 from .gate import REFUSED_AFTER_PARSING, Credentials, RequestGate
+from .mcp.ws import WsSurface, refuse_upgrade
 from .metrics import CONTENT_TYPE_LATEST, Metrics, surface_of
 from .newer_surface import NewerSurface
 from .refusals import SIGNED_METHODS, refusal_object, sign_refusal
@@ -130,10 +131,15 @@ class AnsApp:
             if settings.enabled
             else None
         )
+        # The MCP registry's WebSocket ([mcp] enabled): set by build_mcp_ws.
+        self.mcp_ws: WsSurface | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
+            return
+        if scope["type"] == "websocket":
+            await self._websocket(scope, receive, send)
             return
         if scope["type"] != "http":
             return
@@ -158,6 +164,14 @@ class AnsApp:
             status = sent[0] if sent else 499  # the client went away before an answer
             seconds = time.perf_counter() - started
             self.requests.observe(surface, method, status, seconds, address, facts)
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The MCP registry's WebSocket when ``[mcp]`` is on; any other upgrade
+        is answered 404 (never hypercorn's 500 for an app that said nothing)."""
+        if self.mcp_ws is not None:
+            await self.mcp_ws.handle(scope, receive, send)
+        else:
+            await refuse_upgrade(scope, receive, send)
 
     async def _http_request(
         self, scope: Scope, receive: Receive, send: Send, address: str | None
