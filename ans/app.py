@@ -56,6 +56,9 @@ from ans.protocol.newer import name_parameter
 from ans.protocol.status import AGTP_SPECIFIC
 
 from .gate import REFUSED_AFTER_PARSING, Credentials, RequestGate
+from .mcp.registry import McpRegistry
+from .mcp.surface import McpSurface
+from .mcp.sweeper import McpSweeper
 from .mcp.ws import WsSurface, refuse_upgrade
 from .metrics import CONTENT_TYPE_LATEST, Metrics, surface_of
 from .newer_surface import NewerSurface
@@ -131,8 +134,14 @@ class AnsApp:
             if settings.enabled
             else None
         )
-        # The MCP registry's WebSocket ([mcp] enabled): set by build_mcp_ws.
+        # The MCP-orchestrator registry ([mcp], off by default), same gate.
+        self.mcp: McpSurface | None = None
+        # ... and its WebSocket, whose subscriptions follow the store's change feed.
         self.mcp_ws: WsSurface | None = None
+        if service.config.mcp.enabled:
+            registry = McpRegistry(service, service.config.mcp)
+            self.mcp = McpSurface(registry, self.gate, self._read_body, cpu_clock)
+            self.background = (*self.background, McpSweeper(registry))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -182,6 +191,13 @@ class AnsApp:
             and self.profile.owns(scope["path"])
         ):
             await self.profile.handle(scope, receive, send)
+            return
+        if (
+            self.mcp is not None
+            and scope["method"] in HTTP_METHODS
+            and self.mcp.owns(scope["path"])
+        ):
+            await self.mcp.handle(scope, receive, send)
             return
         task_id: str | None = None
         method: str | None = None

@@ -27,6 +27,7 @@ from ans.governance.ratelimit import RateLimitSettings, parse_networks
 from .ann import AnnSettings
 from .config_env import PREFIX, EnvError, env_table, merge, strip_origins
 from .freshness_policy import FreshnessConfigError, FreshnessSettings, freshness_from_table
+from .mcp.config import McpConfigError, McpSettings, mcp_from_table
 from .relevance import GATES, RelevanceGate
 
 
@@ -167,6 +168,8 @@ class Config:
     peers: tuple[Peer, ...] = ()
     # [freshness]: refresh scheduler, availability polling, governance webhook
     freshness: FreshnessSettings = field(default_factory=FreshnessSettings)
+    # [mcp]: the MCP-orchestrator registry (seed 002), off by default
+    mcp: McpSettings = field(default_factory=McpSettings)
     # [logging]
     log_level: str = "info"
     log_format: str = "console"
@@ -447,6 +450,7 @@ RENAMED = _RENAMED
 TABLES = {
     "federation": "federation",
     "freshness": "freshness",
+    "mcp": "mcp",
     "rate_limit": "rate_limit",
     "index": "index",
     "ranking": "ranking",
@@ -494,6 +498,14 @@ def load_with_origin(
                 try:
                     values["freshness"] = freshness_from_table(body)
                 except FreshnessConfigError as exc:
+                    raise ConfigError(str(exc)) from None
+                continue
+            if section == "mcp":
+                if not isinstance(body, dict):
+                    raise ConfigError("[mcp] must be a table")
+                try:
+                    values["mcp"] = mcp_from_table(body)
+                except McpConfigError as exc:
                     raise ConfigError(str(exc)) from None
                 continue
             if section == "rate_limit":
