@@ -60,6 +60,7 @@ from .mcp.registry import McpRegistry
 from .mcp.surface import McpSurface
 from .mcp.sweeper import McpSweeper
 from .mcp.ws import WsSurface, refuse_upgrade
+from .mcp.ws_backend import build_ws
 from .metrics import CONTENT_TYPE_LATEST, Metrics, surface_of
 from .newer_surface import NewerSurface
 from .refusals import SIGNED_METHODS, refusal_object, sign_refusal
@@ -142,6 +143,8 @@ class AnsApp:
             registry = McpRegistry(service, service.config.mcp)
             self.mcp = McpSurface(registry, self.gate, self._read_body, cpu_clock)
             self.background = (*self.background, McpSweeper(registry))
+            self.mcp_ws, hub = build_ws(registry, self.gate)
+            self.background = (*self.background, hub)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

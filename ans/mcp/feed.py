@@ -59,6 +59,7 @@ class AgentState:
     agent_id: str
     agent: Mapping[str, Any] | None
     first_seen: float | None = None
+    registry: Mapping[str, Any] | None = None  # what the registry says of it (tier, TTL...)
 
 
 class AgentSource(Protocol):
@@ -79,6 +80,7 @@ class Event:
     agent_id: str
     agent: Mapping[str, Any] | None  # the agent object (for REMOVED: the last one known)
     capabilities: frozenset[str]
+    registry: Mapping[str, Any] | None = None
 
 
 @dataclass(eq=False)
@@ -210,7 +212,14 @@ class FeedHub:
             self._stop.set()
             self._thread = None
 
-    def stop(self) -> None:
+    async def start(self) -> None:
+        """(a lifespan task) The reader starts with the first subscriber."""
+
+    async def stop(self) -> None:
+        """(a lifespan task) :meth:`close`, off the event loop."""
+        await asyncio.to_thread(self.close)
+
+    def close(self) -> None:
         """Stop the reader and forget every subscriber (shutdown)."""
         self.subscribers.clear()
         with self._lock:
@@ -264,14 +273,15 @@ class FeedHub:
             caps = capability_names(st.agent)
             self._known[st.agent_id] = (digest, caps, st.agent)
             fresh = known is None and (st.first_seen is None or st.first_seen >= self._since)
-            out.append(Event(NEW if fresh else UPDATED, seq, st.agent_id, st.agent, caps))
+            kind = NEW if fresh else UPDATED
+            out.append(Event(kind, seq, st.agent_id, st.agent, caps, st.registry))
         self.events += len(out)
         return out
 
 
 def event_body(event: Event, sub: Subscriber, version: str) -> dict[str, Any]:
     """The RESPONSE frame body of ``event`` for ``sub``."""
-    return {
+    body: dict[str, Any] = {
         "protocol_version": version,
         "event": event.kind,
         "subscription": sub.id,
@@ -279,6 +289,9 @@ def event_body(event: Event, sub: Subscriber, version: str) -> dict[str, Any]:
         "agent": dict(event.agent) if event.agent is not None else {"agent_id": event.agent_id},
         "matched": True,
     }
+    if event.registry is not None:
+        body["registry"] = dict(event.registry)
+    return body
 
 
 def size_of(event: Event) -> int:

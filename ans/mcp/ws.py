@@ -47,6 +47,7 @@ from ans.protocol.errors import (
     RateLimited,
     ServerError,
 )
+from ans.protocol.mcp_messages import MAX_MESSAGE_BYTES
 from ans.protocol.messages import encode_error
 
 from ..gate import Credentials, RequestGate
@@ -61,6 +62,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 SUBPROTOCOL = "agent-discovery"
+MAX_FRAME = MAX_MESSAGE_BYTES + 1  # bytes of one WebSocket message: type byte + message
 DEFAULT_VERSION = "v1.0"
 POLICY_VIOLATION, GOING_AWAY, TRY_AGAIN_LATER = 1008, 1001, 1013
 MAX_STRIKES = 8  # bad frames (malformed, refused for their rate) before 1008

@@ -92,7 +92,7 @@ def test_new_updated_removed_from_the_feed_with_filters() -> None:
         assert hub.dropped == 0
         for s in (every, metrics, one):
             hub.unsubscribe(s)
-        hub.stop()
+        hub.close()
 
     asyncio.run(run())
 
@@ -114,7 +114,7 @@ def test_a_subscriber_that_does_not_drain_is_dropped_and_its_queue_stays_bounded
         assert dropped == [slow.id] and slow.dropped and hub.dropped == 1
         assert slow.high_water <= 4 and slow.queue.qsize() <= 4  # never past its bound
         assert slow.id not in hub.subscribers and fast.id in hub.subscribers
-        hub.stop()
+        hub.close()
 
     asyncio.run(run())
 
