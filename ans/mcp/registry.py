@@ -291,6 +291,9 @@ class McpRegistry:
         changed on a rotation); raises when its key may not speak for the id."""
         if loaded.key_id == pinned.key_id:
             return pinned
+        if not pinned.key_id:  # unpinned by an operator (ans mcp forget): pin this key
+            self._audit_key("mcp_key_pinned", caller, ann.agent.agent_id, loaded.key_id)
+            return dataclasses.replace(pinned, key_pem=ann.agent.public_key, key_id=loaded.key_id)
         if loaded.key_id == pinned.previous_key_id and (pinned.previous_until or 0) > now:
             return pinned  # the rotated-out key, within its grace period
         if ann.rotation_signature is not None:
@@ -456,20 +459,18 @@ class McpRegistry:
         trust-store claim), audited, with a change-feed entry."""
         if not self.trust.mark_removed(rec.agent_id, rec.last_seen, now):
             return False
-        self.service.registrar.remove_self_asserted(
-            canonical_id_of(rec.agent_id),
-            source=SOURCE,
-            event="mcp_agent_expired",
-            mcp_agent_id=rec.agent_id,
-            last_seen=rec.last_seen,
-            ttl_seconds=self.settings.ttl_seconds,
+        fields = {
+            "mcp_agent_id": rec.agent_id,
+            "last_seen": rec.last_seen,
+            "ttl_seconds": self.settings.ttl_seconds,
+        }
+        removed = self.service.registrar.remove_self_asserted(
+            canonical_id_of(rec.agent_id), source=SOURCE, event="mcp_agent_expired", **fields
         )
-        self.service.audit.record(
-            "mcp_agent_removed",
-            mcp_agent_id=rec.agent_id,
-            reason="ttl",
-            last_seen=rec.last_seen,
-        )
+        if not removed:  # governed (kept) or never admitted: still audited
+            self.service.audit.record(
+                "mcp_agent_expired", canonical_id=canonical_id_of(rec.agent_id), **fields
+            )
         return True
 
     def sweep(self, limit: int = 500) -> int:
