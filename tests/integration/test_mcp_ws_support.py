@@ -119,6 +119,7 @@ class RawClient:
         self.messages: list[dict[str, Any]] = []
         self.pings = 0
         self.closed: CloseConnection | None = None
+        self._partial = b""
         while not self.accepted and self.rejected is None:
             self.pump()
 
@@ -142,7 +143,10 @@ class RawClient:
                 if answer_pings:
                     self.sock.sendall(self.ws.send(event.response()))
             elif isinstance(event, BytesMessage):
-                self.messages.append(wf.decode_response(bytes(event.data)))
+                self._partial += bytes(event.data)
+                if event.message_finished:
+                    self.messages.append(wf.decode_response(self._partial))
+                    self._partial = b""
             elif isinstance(event, CloseConnection):
                 self.closed = event
         return True
