@@ -292,6 +292,8 @@ def serve_forever(
             log.info("stopping: answering what was received", grace=config.graceful_timeout)
             if native is not None:  # drains while hypercorn drains the HTTP/2 listener
                 native_drain.begin(native.stop(config.graceful_timeout))
+            if app.mcp_ws is not None:  # WebSocket sessions would hold the drain open
+                app.mcp_ws.going_away()
 
         server = asyncio.create_task(serve_fn(app, hc, shutdown_trigger=shutdown))  # type: ignore[arg-type]
         await asyncio.sleep(0)

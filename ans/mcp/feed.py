@@ -142,6 +142,7 @@ class FeedHub:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()  # the thread's start/stop
+        self._stopping: list[threading.Thread] = []  # readers told to stop (joined at close)
 
     # -- subscribers (event loop) ----------------------------------------------------
     async def subscribe(
@@ -210,6 +211,9 @@ class FeedHub:
     def _stop_reader(self) -> None:
         with self._lock:
             self._stop.set()
+            if self._thread is not None:
+                self._stopping = [t for t in self._stopping if t.is_alive()]
+                self._stopping.append(self._thread)
             self._thread = None
 
     async def start(self) -> None:
@@ -224,8 +228,9 @@ class FeedHub:
         self.subscribers.clear()
         with self._lock:
             self._stop.set()
-            thread, self._thread = self._thread, None
-        if thread is not None:
+            threads = [*self._stopping, *([self._thread] if self._thread else [])]
+            self._thread, self._stopping = None, []
+        for thread in threads:  # none reads the store once it is closed
             thread.join(timeout=5)
 
     def _run(self) -> None:

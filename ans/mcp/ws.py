@@ -122,7 +122,8 @@ class WsSurface:
         self.max_strikes = max_strikes
         self.max_subscriptions = max_subscriptions
         self.cpu_clock = cpu_clock
-        self.connections = 0  # open now (stats, tests)
+        self.sessions: set[Session] = set()  # open now
+        self.stopping = False
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         """One WebSocket connection; never raises to the ASGI server."""
@@ -142,12 +143,21 @@ class WsSurface:
             return
         await send({"type": "websocket.accept", "subprotocol": SUBPROTOCOL})
         session = Session(self, send, creds, headers, caller, address)
-        self.connections += 1
+        self.sessions.add(session)
+        if self.stopping:
+            session.stop(GOING_AWAY, "server shutting down")
         try:
             await session.run(receive)
         finally:
-            self.connections -= 1
+            self.sessions.discard(session)
             session.end()
+
+    def going_away(self) -> None:
+        """The server is stopping: close every session with 1001 (their
+        connections would otherwise hold the drain for its whole grace)."""
+        self.stopping = True
+        for session in list(self.sessions):
+            session.stop(GOING_AWAY, "server shutting down")
 
     def admit(self, scope: Scope, headers: dict[str, str], creds: Credentials) -> Any:
         """The handshake's checks, in order: path (404), subprotocol (400),
@@ -169,6 +179,16 @@ class WsSurface:
         extension), or a bare 403 without it."""
         err = self.typed(exc)
         reply = self.backend.error(err, None)
+        if err.status != 404:  # a refused upgrade is audited (never its headers' values)
+            client = scope.get("client")
+            self.audit.record(
+                "mcp_ws_refused",
+                status=reply.status,
+                code=err.code,
+                reason=err.message[:300],
+                method=GATE_METHOD,
+                client_address=str(client[0]) if client else None,
+            )
         extensions = scope.get("extensions") or {}
         if "websocket.http.response" not in extensions:
             await send({"type": "websocket.close", "code": POLICY_VIOLATION})

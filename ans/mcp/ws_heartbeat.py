@@ -13,7 +13,8 @@ pongs to the application either, so this cannot live in the app.
 
 * ``_accept``: once the handshake is accepted, pongs arriving on the
   connection are noted (wsproto hands them to hypercorn, which ignores them);
-* ``_send_pings``: a ping every interval, as before; when the next one is due
+* ``_send_pings``: a ping every interval, as before (but a closed connection
+  ends the task within a second, not an interval); when the next one is due
   and no pong came back since the last, the connection is closed with 1011
   ``keepalive ping timeout`` (as the ``websockets`` library does) and the
   application gets ``websocket.disconnect`` (code 1006), so the surface
@@ -35,6 +36,7 @@ from ..http2_defences.hooks import Hook, check_version, installed, patch, verify
 
 KEEPALIVE_TIMEOUT = 1011
 KEEPALIVE_REASON = "keepalive ping timeout"
+STEP = 1.0  # s: how soon the ping task notices that its connection closed
 HOOKS = (
     Hook(WSStream, "_accept", ("self", "message")),
     Hook(WSStream, "_send_pings", ("self",)),
@@ -77,7 +79,14 @@ def _closing_on_a_miss(send_pings: Callable[..., Any]) -> Callable[..., Any]:
         while not self.closed:
             seen = getattr(self, _PONGS, 0)
             await self._send_wsproto_event(Ping())
-            await self.context.sleep(interval)
+            waited = 0.0
+            while waited < interval and not self.closed:
+                # In steps: the connection's task group waits for this task, so
+                # a closed connection (or a stopping server) must not wait a
+                # whole interval (hypercorn's own loop does).
+                step = min(STEP, interval - waited)
+                await self.context.sleep(step)
+                waited += step
             if self.closed:
                 return
             if getattr(self, _PONGS, 0) == seen:

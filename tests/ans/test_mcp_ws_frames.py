@@ -14,7 +14,12 @@ LIMIT = 1024
 def test_query_with_control_fields_is_parsed_and_they_are_taken_off() -> None:
     data = wf.client_frame(
         wf.QUERY,
-        {"protocol_version": "v1.0", "query": {"capability": "x"}, "request_id": "r-1", "subscribe": True},
+        {
+            "protocol_version": "v1.0",
+            "query": {"capability": "x"},
+            "request_id": "r-1",
+            "subscribe": True,
+        },
     )
     frame = wf.parse_frame(data, None, LIMIT)
     assert frame.kind == wf.QUERY and frame.name == "QUERY"

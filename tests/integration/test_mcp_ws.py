@@ -8,6 +8,7 @@ reading is dropped with a bounded queue, and HTTP/2 extended CONNECT."""
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import time
 import uuid
@@ -163,8 +164,10 @@ def test_handshake_refusals_are_http_answers_with_the_seed_error(server: Running
     assert status == 404
     status, body = status_of("/mcp/v1/agents", [SUBPROTOCOL], full)
     assert status == 404
-    # the server is fine afterwards
+    # the server is fine afterwards, and the refusals are audited
     assert httpx.get(server.url + "/healthz", timeout=10).status_code == 200
+    refused = [e for e in audit_events(server) if e.get("event") == "mcp_ws_refused"]
+    assert {e["status"] for e in refused} >= {400, 401}
 
 
 def test_malformed_frames_are_answered_then_repeated_ones_close_1008(
@@ -322,3 +325,30 @@ def test_http2_extended_connect(server: RunningServer) -> None:
     sock.close()
     assert status == b"200"
     assert answer is not None and answer["status"] == 200 and "responses" in answer
+
+
+def test_stopping_the_server_closes_sessions_1001_without_waiting_for_the_grace(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM with a subscribed WebSocket open: the session is closed with
+    1001 at once and the server exits, instead of the connection holding the
+    drain for the whole grace period (120 s here) and being cut."""
+    cfg = mcp_config(tmp_path / "ans.toml", ws_ping_interval="30")
+    cfg.write_text(cfg.read_text().replace("[mcp]", "[server]\ngraceful_timeout = 120\n[mcp]"))
+    srv = start_server(tmp_path / "data", "--config", str(cfg))
+    try:
+        raw = RawClient(srv.url)
+        raw.send(
+            wf.QUERY, {"protocol_version": "v1.0", "query": {"capability": "*"}, "subscribe": True}
+        )
+        while not raw.messages:
+            raw.pump(answer_pings=True)
+        srv.proc.send_signal(signal.SIGTERM)
+        raw.read_until_closed(timeout=60)
+        assert raw.closed is not None and raw.closed.code == 1001
+        raw.sock.sendall(raw.ws.send(raw.closed.response()))
+        assert srv.proc.wait(timeout=60) == 0  # well inside the 120 s grace
+        raw.close()
+    finally:
+        if srv.proc.poll() is None:
+            stop_server(srv)
