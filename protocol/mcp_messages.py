@@ -126,7 +126,7 @@ def version_hint(doc: Any) -> str | None:
     if isinstance(doc, Mapping):
         try:
             return parse_version(doc.get("protocol_version")).text
-        except McpMalformed:
+        except (McpMalformed, McpUnsupportedVersion):
             return None
     return None
 

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from ans.protocol.mcp_messages import Query
 from ans.protocol.messages import DiscoverRequest, parse_discover_params, query_digest
 
@@ -32,30 +30,30 @@ MAX_RELEVANCE_RESULTS = 50
 def match_query(registry: McpRegistry, q: Query, caller: McpCaller) -> list[dict[str, Any]]:
     version = q.version.text
     if q.agent_id is not None:
-        rec = registry.live(q.agent_id)
-        if rec is None:
+        one = registry.live(q.agent_id)
+        if one is None:
             return []
-        listed = has_capability(orjson.loads(rec.announcement), q.capability)
-        return [registry.view(rec, version, listed, match="capability" if listed else None)]
+        listed = has_capability(one.agent, q.capability)
+        return [registry.view(one, version, listed, match="capability" if listed else None)]
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
     limit = registry.settings.max_page_size
-    for rec in registry.iter_live():
+    for live in registry.iter_live():
         if len(out) >= limit:
             break
-        if has_capability(orjson.loads(rec.announcement), q.capability):
-            out.append(registry.view(rec, version, True, match="capability"))
-            seen.add(rec.agent_id)
+        if has_capability(live.agent, q.capability):
+            out.append(registry.view(live, version, True, match="capability"))
+            seen.add(live.trust.agent_id)
     for agent_id, score in relevant(registry, q, caller):
         if len(out) >= limit:
             break
         if agent_id in seen:
             continue
-        rec = registry.live(agent_id)
-        if rec is None:
+        found = registry.live(agent_id)
+        if found is None:
             continue
         seen.add(agent_id)
-        out.append(registry.view(rec, version, True, match="relevance", rank_score=score))
+        out.append(registry.view(found, version, True, match="relevance", rank_score=score))
     return out
 
 

@@ -24,12 +24,14 @@ Refusals and drops are audited (``mcp_announcement_dropped``: counted by the
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import hashlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import structlog
 
 from ans.governance.mcp_signature import LoadedKey, load_agent_key, require_signature
@@ -39,7 +41,14 @@ from ans.governance.policy import (
     requester_fields,
     require_scope,
 )
-from ans.protocol.errors import AgtpError, NotFound, ServerError, SignatureInvalid, Unavailable
+from ans.protocol.errors import (
+    AgtpError,
+    Conflict,
+    NotFound,
+    ServerError,
+    SignatureInvalid,
+    Unavailable,
+)
 from ans.protocol.mcp_errors import McpDuplicateId, McpForbidden
 from ans.protocol.mcp_messages import (
     CURRENT_VERSION,
@@ -53,12 +62,15 @@ from ans.protocol.mcp_messages import (
 from ans.protocol.messages import Identity
 from ans.protocol.scope import AuthorityScope, parse_token
 
+from ..profile_metadata import check_metadata
 from ..service import AnsService
+from ..store_records import StoredAgent
 from .config import McpSettings
 from .errors import mcp_error
 from .query import match_query
 from .records import (
     SOURCE,
+    agent_id_of,
     canonical_id_of,
     has_capability,
     registry_view,
@@ -74,6 +86,7 @@ DISCOVER_READ = parse_token("discover:read")
 DISCOVER_WRITE = parse_token("discover:write")
 ALIASES = ((DISCOVER_WRITE, DISCOVERY_REGISTER), (DISCOVER_READ, DISCOVERY_QUERY))
 ANNOUNCE, QUERY, GET, LIST = "MCP_ANNOUNCE", "MCP_QUERY", "MCP_GET", "MCP_LIST"
+PAGE = 500  # trust-store rows read at a time
 
 
 def with_aliases(identity: Identity) -> Identity:
@@ -114,6 +127,16 @@ class McpCaller:
     @property
     def scopes(self) -> frozenset[str]:
         return frozenset(str(t) for t in self.identity.scope.tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class Live:
+    """A live announced agent: its trust-store row, its (Active) registry
+    record, the agent object as announced."""
+
+    trust: McpTrust
+    stored: StoredAgent
+    agent: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +233,8 @@ class McpRegistry:
                 raise McpForbidden(
                     f"agent_id {ann.agent.agent_id} is not in this registry's allow-list"
                 )
+            # The record it would become must be admissible before its key is pinned.
+            check_metadata(self_asserted_metadata(ann.agent, ann.version.text))
             loaded = load_agent_key(ann.agent.public_key)
             agent_bytes = signed_bytes(ann.agent.raw)
             require_signature(loaded, agent_bytes, ann.signature, "signature")
@@ -273,7 +298,7 @@ class McpRegistry:
             record, announcement=agent_bytes, digest=digest, last_seen=now, removed_at=None
         )
         if not self.trust.replace(record, pinned.key_id):
-            raise McpDuplicateId(
+            raise Conflict(
                 f"agent_id {agent_id} changed keys while this announcement was applied; retry"
             )
         return self._admit(ann, record, caller, now, first=False)
@@ -376,45 +401,45 @@ class McpRegistry:
             audit=self.service.audit,
         )
 
-    def view(self, rec: McpTrust, version: str, matched: bool, **extra: Any) -> dict[str, Any]:
-        import orjson
+    def view(self, live: Live, version: str, matched: bool, **extra: Any) -> dict[str, Any]:
+        """One Response message for a live announced agent."""
+        registry = registry_view(live.trust, live.stored, self.settings.ttl_seconds)
+        return response_object(version, live.agent, matched, registry, **extra)
 
-        stored = self.service.store.get(canonical_id_of(rec.agent_id))
-        return response_object(
-            version,
-            orjson.loads(rec.announcement),
-            matched,
-            registry_view(rec, stored, self.settings.ttl_seconds),
-            **extra,
-        )
+    def _live(self, recs: builtins.list[McpTrust], cutoff: float) -> builtins.list[Live]:
+        """The live ones among ``recs`` (one store read for all): not past the
+        TTL (a stale agent is never answered, swept or not) and their record
+        Active (admitted, not suspended or retired by governance)."""
+        fresh = [r for r in recs if r.live(cutoff)]
+        stored = self.service.store.get_many(canonical_id_of(r.agent_id) for r in fresh)
+        out = []
+        for r in fresh:
+            s = stored.get(canonical_id_of(r.agent_id))
+            if s is not None and s.lifecycle_state == "Active":
+                out.append(Live(r, s, orjson.loads(r.announcement)))
+        return out
 
-    def live(self, agent_id: str) -> McpTrust | None:
+    def live(self, agent_id: str) -> Live | None:
         rec = self.trust.get(agent_id)
-        if rec is None or not rec.live(self.cutoff()):
-            return None  # a stale agent is never answered, swept or not
-        stored = self.service.store.get(canonical_id_of(agent_id))
-        if stored is not None and stored.lifecycle_state not in ("Active", "Removed"):
-            return None  # suspended or retired by governance
-        return rec
+        found = self._live([rec], self.cutoff()) if rec is not None else []
+        return found[0] if found else None
 
     def _get(self, agent_id: str, caller: McpCaller) -> McpReply:
         self._require_read(caller, GET)
         key = parse_agent_id(agent_id, "agent_id")
-        rec = self.live(key)
-        if rec is None:
+        live = self.live(key)
+        if live is None:
             raise NotFound(f"no live announced agent {key}")
         version = caller.protocol_version or CURRENT_VERSION
-        return McpReply(200, self.view(rec, version, True))
+        return McpReply(200, self.view(live, version, True))
 
-    def iter_live(self, after: str = "") -> Iterator[McpTrust]:
+    def iter_live(self, after: str = "") -> Iterator[Live]:
         """Live announced agents in agent_id order (pages of the store)."""
         cutoff = self.cutoff()
         while True:
-            page = self.trust.page(after, 500, cutoff)
-            for rec in page:
-                if self.live(rec.agent_id) is not None:
-                    yield rec
-            if len(page) < 500:
+            page = self.trust.page(after, PAGE, cutoff)
+            yield from self._live(page, cutoff)
+            if len(page) < PAGE:
                 return
             after = page[-1].agent_id
 
@@ -433,17 +458,14 @@ class McpRegistry:
         proto = caller.protocol_version or CURRENT_VERSION
         last: str | None = None
         more = False
-        for rec in self.iter_live(start):
-            if capability is not None:
-                import orjson
-
-                if not has_capability(orjson.loads(rec.announcement), capability, version):
-                    continue
+        for live in self.iter_live(start):
+            if capability is not None and not has_capability(live.agent, capability, version):
+                continue
             if len(out) == size:
                 more = True
                 break
-            out.append(self.view(rec, proto, True))
-            last = rec.agent_id
+            out.append(self.view(live, proto, True))
+            last = live.trust.agent_id
         body = {"protocol_version": proto, "agents": out, "next": last if more else None}
         return McpReply(200, body)
 
@@ -452,6 +474,25 @@ class McpRegistry:
         self._require_read(caller, QUERY)
         responses = match_query(self, q, caller)
         return McpReply(200, {"protocol_version": q.version.text, "responses": responses})
+
+    def change_event(self, canonical_id: str, version: str) -> dict[str, Any] | None:
+        """What a change-feed entry means to MCP subscribers (the WebSocket
+        side streams the store's feed): None for a record that is not an
+        announced agent; else ``{"change": "upsert", **Response}`` while the
+        agent is live, or ``{"change": "removed", "protocol_version",
+        "agent": {"agent_id"}, "matched": false}``."""
+        agent_id = agent_id_of(canonical_id)
+        if agent_id is None or self.trust.get(agent_id) is None:
+            return None
+        live = self.live(agent_id)
+        if live is not None:
+            return {"change": "upsert", **self.view(live, version, True)}
+        return {
+            "change": "removed",
+            "protocol_version": version,
+            "agent": {"agent_id": agent_id},
+            "matched": False,
+        }
 
     # -- removal --------------------------------------------------------------------
     def expire(self, rec: McpTrust, now: float) -> bool:

@@ -216,6 +216,17 @@ def test_ttl_expiry(make_world: Any) -> None:
         ("urn:uuid:" + a2["agent_id"], "Removed")
     ]
     assert any(r["event"] == "mcp_agent_expired" for r in w.audit())
+    # what a subscriber of the change feed is told
+    gone = w.registry.change_event(changes[0].canonical_id, "v1.0")
+    assert gone == {
+        "change": "removed",
+        "protocol_version": "v1.0",
+        "agent": {"agent_id": a2["agent_id"]},
+        "matched": False,
+    }
+    kept = w.registry.change_event("urn:uuid:" + a1["agent_id"], "v1.1")
+    assert kept["change"] == "upsert" and kept["agent"] == a1
+    assert w.registry.change_event("not-an-mcp-agent", "v1.0") is None
     # announcing again brings it back
     assert w.post(announce(k2, a2))[0] == 200
     _, _, listed = w.call("GET", f"{BASE}/agents")
@@ -296,3 +307,69 @@ def test_schema_and_version_errors(make_world: Any) -> None:
     assert w.call("DELETE", f"{BASE}/agents")[0] == 400
     assert w.call("GET", f"{BASE}/nothing")[0] == 404
     assert w.call("POST", f"{BASE}/query", {"protocol_version": "v1.0", "query": {}})[0] == 400
+
+
+def test_the_seam_answers_replies_and_never_raises(make_world: Any) -> None:
+    """What the WebSocket and mDNS transports call: McpRegistry directly."""
+    from ans.mcp.registry import McpCaller
+
+    w = make_world()
+    reg = w.registry
+    key = AgentKey()
+    agent = agent_object(key)
+    local = McpCaller.local("mdns")
+    assert reg.announce(announce(key, agent), local).status == 200
+    reply = reg.announce(announce(key, agent, version="v2.0"), local)
+    assert reply.status == 400 and reply.body["error"]["code"] == "ErrUnsupportedVersion"
+    assert reg.announce({"garbage": True}, local).status == 400
+    assert reg.announce("not a mapping", local).status == 400  # type: ignore[arg-type]
+    reply = reg.query({"protocol_version": "v1.2", "query": {"capability": "metrics"}}, local)
+    assert reply.status == 200 and reply.body["protocol_version"] == "v1.2"
+    assert reg.get(agent["agent_id"], local).status == 200
+    assert reg.get("nope", local).status == 400
+    assert reg.get(str(uuid.uuid4()), local).status == 404
+    reader = McpCaller.of(
+        Identity("agtp://x/agents/r", "r", parse_authority_scope("discover:read"))
+    )
+    assert "discovery:query" in reader.scopes
+    assert reg.announce(announce(key, agent), reader).status == 403
+
+
+def test_mcp_settings_from_toml_and_environment(tmp_path: Path) -> None:
+    from ans.config import ConfigError, load
+    from ans.mcp.config import McpConfigError, McpSettings, mcp_from_table
+
+    assert McpSettings().enabled is False and McpSettings().allow_list == ()
+    assert McpSettings().ttl_seconds == 90.0
+    s = mcp_from_table({"enabled": True, "allow_list": ["3cde*"], "ttl_seconds": 10})
+    assert s.allows("3CDE1B52-1fc2-4f7b-8d8c-5e3e6f5c9c1d") and not s.allows("abc")
+    assert McpSettings(allow_list=("*",)).allows("anything")
+    for bad in (
+        {"enabled": "yes"},
+        {"ttl_seconds": 0},
+        {"allow_list": "*"},
+        {"allow_list": ["bad pattern!"]},
+        {"base_path": "mcp"},
+        {"zone": "public"},
+        {"bogus": 1},
+        {"ws_queue": 0},
+    ):
+        with pytest.raises(McpConfigError):
+            mcp_from_table(bad)
+    cfg_file = tmp_path / "ans.toml"
+    cfg_file.write_text('[mcp]\nenabled = true\nallow_list = ["*"]\n')
+    cfg = load(cfg_file, {"ANS_MCP__TTL_SECONDS": "12", "ANS_MCP__MDNS": "true"})
+    assert cfg.mcp.enabled and cfg.mcp.ttl_seconds == 12.0 and cfg.mcp.mdns
+    with pytest.raises(ConfigError, match=r"\[mcp\]"):
+        load(None, {"ANS_MCP__TTL_SECONDS": "-1"})
+
+
+def test_an_unadmissible_agent_is_refused_before_its_key_is_pinned(make_world: Any) -> None:
+    w = make_world()
+    key = AgentKey()
+    agent = agent_object(key)
+    agent["transport"] = {"type": "tcp", "endpoint": "host with spaces"}
+    status, body = w.post(announce(key, agent))
+    assert status == 400 and body["error"]["code"] == "ErrMalformedPayload", body
+    assert w.registry.trust.get(agent["agent_id"]) is None
+    assert w.call("GET", f"{BASE}/agents")[2]["agents"] == []
