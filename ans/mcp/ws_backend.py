@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
-
-import orjson
 
 from ans.protocol.errors import AgtpError
 from ans.protocol.mcp_messages import CURRENT_VERSION, MAX_MESSAGE_BYTES, version_hint
@@ -27,7 +26,6 @@ from ..surfaces.profile_render import signed_document
 from .errors import mcp_error
 from .feed import AgentState, FeedHub
 from .mdns import MdnsRegistry
-from .records import agent_id_of, registry_view
 from .registry import McpCaller, McpRegistry
 from .surface import Asking, McpSurface
 from .ws import GATE_METHOD, Reply, WsSurface
@@ -78,20 +76,29 @@ class RegistrySource:
         self.registry = registry
 
     def states(self, changes: Sequence[Change]) -> list[AgentState]:
-        reg = self.registry
         out: list[AgentState] = []
         for ch in changes:
-            agent_id = agent_id_of(ch.canonical_id)
-            if agent_id is None:
+            event = self.registry.change_event(ch.canonical_id, CURRENT_VERSION)
+            if event is None:
                 continue  # not an announced agent
-            rec = reg.live(agent_id)
-            if rec is None:
+            agent = event["agent"]
+            agent_id = str(agent["agent_id"])
+            if event["change"] != "upsert":
                 out.append(AgentState(agent_id, None))
                 continue
-            stored = reg.service.store.get(ch.canonical_id)
-            view = registry_view(rec, stored, reg.settings.ttl_seconds)
-            out.append(AgentState(agent_id, orjson.loads(rec.announcement), rec.first_seen, view))
+            view = event.get("registry") or {}
+            out.append(AgentState(agent_id, agent, _epoch(view.get("first_seen")), view))
         return out
+
+
+def _epoch(text: Any) -> float | None:
+    """An RFC 3339 time of the registry view as POSIX seconds (None if absent)."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def build_ws(registry: McpRegistry, gate: RequestGate) -> tuple[WsSurface, FeedHub]:
