@@ -18,7 +18,7 @@ Closing codes (all audited with the reason):
 
 ====  =========================================================
 1000  the client closed, or the server is stopping (1001)
-1008  policy violation: ``max_strikes`` bad frames on the connection
+1008  policy violation: ``max_strikes`` malformed or rate-limited frames
 1011  keepalive ping timeout (:mod:`.ws_heartbeat`)
 1013  a subscription's queue was full: the subscriber is too slow
 ====  =========================================================
@@ -44,7 +44,6 @@ from ans.protocol.errors import (
     ErrorCode,
     InvalidBody,
     NotFound,
-    RateLimited,
     ServerError,
 )
 from ans.protocol.mcp_messages import MAX_MESSAGE_BYTES
@@ -69,6 +68,8 @@ MAX_STRIKES = 8  # bad frames (malformed, refused for their rate) before 1008
 MAX_SUBSCRIPTIONS = 8  # per connection
 CLOSE_WRITE_TIMEOUT = 5.0  # s the close frame may wait for a client that does not read
 GATE_METHOD = "MCP-WS"  # the rate limiter's and audit records' name for the upgrade
+STRIKES = frozenset({400, 413, 422, 429})  # answers that count towards the 1008 close
+REFUSED = frozenset({401, 403})  # refusals the client address pays extra for (as on REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,7 +300,7 @@ class Session:
         control = Control(ws_frames.request_id_hint(data))
         version: str | None = None
         started = surface.cpu_clock()
-        refused = False
+        reply: Reply | None = None
         try:
             surface.gate.limit_address(
                 "MCP-" + _kind_name(data), self.creds, self.headers, len(data or text or "")
@@ -308,14 +309,13 @@ class Session:
             control = frame.control
             version = surface.backend.version_of(frame.message)
             reply = await self.answer(frame, version)
-        except Exception as exc:
-            err = WsSurface.typed(exc)
-            refused = err.status in (401, 403, 451)
-            reply = surface.backend.error(err, version)
-            if err.status in (400, 413, 422, 429) or isinstance(err, RateLimited):
-                self.strikes += 1
+        except Exception as exc:  # the registry answers its own refusals; these are ours
+            reply = surface.backend.error(WsSurface.typed(exc), version)
         finally:
+            refused = reply is not None and reply.status in REFUSED
             surface.gate.settle(self.creds, surface.cpu_clock() - started, refused)
+        if reply.status in STRIKES:  # malformed (ours or the registry's) or over the limit
+            self.strikes += 1
         body = {**reply.body, "status": reply.status}
         if control.request_id is not None:
             body["request_id"] = control.request_id
