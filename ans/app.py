@@ -59,6 +59,8 @@ from .gate import REFUSED_AFTER_PARSING, Credentials, RequestGate
 from .mcp.registry import McpRegistry
 from .mcp.surface import McpSurface
 from .mcp.sweeper import McpSweeper
+from .mcp.ws import WsSurface, refuse_upgrade
+from .mcp.ws_backend import build_ws
 from .metrics import CONTENT_TYPE_LATEST, Metrics, surface_of
 from .newer_surface import NewerSurface
 from .refusals import SIGNED_METHODS, refusal_object, sign_refusal
@@ -153,14 +155,21 @@ class AnsApp:
             self.background = (*self.background, self.invoke)
         # The MCP-orchestrator registry ([mcp], off by default), same gate.
         self.mcp: McpSurface | None = None
+        # ... and its WebSocket, whose subscriptions follow the store's change feed.
+        self.mcp_ws: WsSurface | None = None
         if service.config.mcp.enabled:
             registry = McpRegistry(service, service.config.mcp)
             self.mcp = McpSurface(registry, self.gate, self._read_body, cpu_clock)
             self.background = (*self.background, McpSweeper(registry))
+            self.mcp_ws, hub = build_ws(registry, self.gate)
+            self.background = (*self.background, hub)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
+            return
+        if scope["type"] == "websocket":
+            await self._websocket(scope, receive, send)
             return
         if scope["type"] != "http":
             return
@@ -185,6 +194,14 @@ class AnsApp:
             status = sent[0] if sent else 499  # the client went away before an answer
             seconds = time.perf_counter() - started
             self.requests.observe(surface, method, status, seconds, address, facts)
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The MCP registry's WebSocket when ``[mcp]`` is on; any other upgrade
+        is answered 404 (never hypercorn's 500 for an app that said nothing)."""
+        if self.mcp_ws is not None:
+            await self.mcp_ws.handle(scope, receive, send)
+        else:
+            await refuse_upgrade(scope, receive, send)
 
     async def _http_request(
         self, scope: Scope, receive: Receive, send: Send, address: str | None

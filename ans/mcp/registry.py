@@ -280,7 +280,7 @@ class McpRegistry:
         record = self._check_key(ann, loaded, agent_bytes, pinned, now, caller)
         stored = self.service.store.get(canonical_id_of(agent_id))
         if (
-            record.digest == pinned.digest
+            digest == pinned.digest
             and record.key_id == pinned.key_id
             and pinned.removed_at is None
             and stored is not None
