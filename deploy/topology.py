@@ -267,6 +267,16 @@ class Topology:
             out += ["--config", str(self.args.config)]
         return [*out, "--log-format", "json"]
 
+    def node(self, name: str, role: str) -> Node:
+        n = Node(name, role, self.root / name, self.root / "logs" / f"{name}.log")
+        self.nodes.append(n)
+        return n
+
+    def serve(self, node: Node, port: int, *extra: str) -> None:
+        """Start ``ans serve`` for ``node`` on ``port`` with ``extra`` flags."""
+        listen = ("--listen", f"{self.args.host}:{port}", "--data-dir", str(node.data_dir))
+        node.start([*listen, *extra, *self.common()], self.env(node.role))
+
     def start(self, stop: threading.Event) -> None:
         a = self.args
         deadline = time.monotonic() + a.timeout
@@ -276,54 +286,25 @@ class Topology:
         else:
             self.schema = create_schema(a.pg)
             self.store = schema_url(a.pg, self.schema)
-        peer = Node("peer", "peer", self.root / "peer", self.root / "logs" / "peer.log")
-        self.nodes.append(peer)
-        peer.start(
-            [
-                "--listen",
-                f"{a.host}:{a.peer_port}",
-                "--data-dir",
-                str(peer.data_dir),
-                "--workers",
-                "1",
-                *self.common(),
-            ],
-            self.env("peer"),
-        )
+        peer = self.node("peer", "peer")
+        self.serve(peer, a.peer_port, "--workers", "1")
         peer.wait_listening(deadline, stop)
         wait_ready(peer, deadline, stop)
         activate_file(peer.url, m.peer_catalog, stop)
         replicas = []
         for i in range(1, a.replicas + 1):
-            node = Node(
-                f"replica-{i}",
-                "replica",
-                self.root / f"replica-{i}",
-                self.root / "logs" / f"replica-{i}.log",
-            )
+            node = self.node(f"replica-{i}", "replica")
             node.data_dir.mkdir(parents=True, exist_ok=True)
             key = node.data_dir / "ans-signing-key.pem"
             if not key.exists():  # one registry identity: the same key on every replica
                 shutil.copyfile(m.registry_key, key)
                 key.chmod(0o600)
-            port = a.port + i - 1 if a.port else 0
-            self.nodes.append(node)
             replicas.append(node)
-            node.start(
-                [
-                    "--listen",
-                    f"{a.host}:{port}",
-                    "--data-dir",
-                    str(node.data_dir),
-                    "--store",
-                    self.store,
-                    "--workers",
-                    str(a.workers),
-                    "--peer",
-                    f"{a.peer_tier}@{peer.url}",
-                    *self.common(),
-                ],
-                self.env("replica"),
+            self.serve(
+                node,
+                a.port + i - 1 if a.port else 0,
+                *("--store", self.store, "--workers", str(a.workers)),
+                *("--peer", f"{a.peer_tier}@{peer.url}"),
             )
         for node in replicas:
             node.wait_listening(deadline, stop)
