@@ -213,12 +213,12 @@ class HaidipSurface:
 
     def route(self, method: str, path: str) -> Route:
         if path == WELL_KNOWN:
-            if method not in ("GET", "HEAD"):
+            if method != "GET":
                 raise wrong_method(method, "GET")
             return Route("card", DESCRIBE)
         rest = path[len(self.base) :].rstrip("/")
         if rest == "/openapi.json":
-            if method not in ("GET", "HEAD"):
+            if method != "GET":
                 raise wrong_method(method, "GET")
             return Route("openapi", DESCRIBE)
         if rest == "/agents":
