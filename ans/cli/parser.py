@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from .. import __version__
+from .mcp import add_mcp_parser
 
 DEFAULT_SERVER = "http://127.0.0.1:4480"
 
@@ -260,6 +261,31 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("source", type=Path, help="a directory written by ans backup")
     rs.add_argument("--data-dir", type=Path, required=True, help="new or empty data directory")
 
+    ak = sub.add_parser("apikey", help="API keys for [[auth.api_keys]]")
+    aksub = ak.add_subparsers(dest="apikey_command", required=True)
+    an = aksub.add_parser(
+        "new",
+        help="generate an API key: prints the key once and its [[auth.api_keys]] entry (hash only)",
+    )
+    an.add_argument("--principal", required=True, help="the Principal-ID the key authenticates as")
+    an.add_argument(
+        "--scope",
+        action="append",
+        default=[],
+        help="a scope token the key grants, e.g. agents:invoke (repeatable)",
+    )
+    an.add_argument(
+        "--zone",
+        action="append",
+        default=[],
+        help="a restricted zone the key may see, e.g. zone:finance (repeatable)",
+    )
+    an.add_argument(
+        "--agent-id",
+        default=None,
+        help="bind the key to this Agent-ID (default: any Agent-ID header; "
+        "apikey:<principal> when the request sends none)",
+    )
     cf = sub.add_parser(
         "config",
         help="configuration tools",
@@ -274,6 +300,7 @@ def _parser() -> argparse.ArgumentParser:
         "(secrets redacted)",
     )
     cs.add_argument("--config", type=Path, help="TOML configuration file")
+    add_mcp_parser(sub)
     _polish(ap)
     return ap
 
@@ -331,6 +358,9 @@ _EXAMPLES = {
     "audit verify": ["ans audit verify --data-dir ans-data"],
     "backup": ["ans backup /backups/ans-2026-11-25 --data-dir ans-data"],
     "restore": ["ans restore /backups/ans-2026-11-25 --data-dir ans-data-restored"],
+    "apikey new": [
+        "ans apikey new --principal usr-alice --scope agents:invoke --scope discovery:query"
+    ],
     "config show": ["ANS_DISCOVERY__MIN_RELEVANCE=0.01 ans config show --config ans.toml"],
 }
 
