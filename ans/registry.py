@@ -242,6 +242,16 @@ class Registry(Mapping[str, AgentEntry]):
         ids = self._ids
         return [cid for s in slots if (cid := ids[int(s)]) is not None]
 
+    def ordered(self) -> tuple[npt.NDArray[np.int64], list[str]]:
+        """Every indexed slot in canonical-id order, and those ids (a listing's
+        stable order; caller holds the index lock)."""
+        n = len(self._ids)
+        pairs = sorted(
+            (cid, s) for s, cid in enumerate(self._ids[:n]) if cid is not None and self._valid[s]
+        )
+        slots = np.fromiter((s for _, s in pairs), dtype=np.int64, count=len(pairs))
+        return slots, [cid for cid, _ in pairs]
+
     def signer_kids(self) -> list[str]:
         """The governance key ids that signed the indexed agents, sorted."""
         n = len(self._ids)

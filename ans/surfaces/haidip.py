@@ -24,14 +24,12 @@ of public zones. Nothing here raises to the ASGI server.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import orjson
 import structlog
 
@@ -73,6 +71,7 @@ from ..haidip_config import HaidipSettings
 from ..profile_metadata import profile_canonical_id
 from ..service import AnsService
 from .haidip_errors import haidip_error, wrong_method
+from .haidip_listing import ListingOrder
 from .haidip_paging import Cursors, digest_of, etag_of, matches
 from .haidip_render import (
     base_url,
@@ -141,6 +140,7 @@ class HaidipSurface:
         self.perf_clock = perf_clock
         self.new_id = new_id
         self.cursors = Cursors(service.key)
+        self.order = ListingOrder()
         self.openapi = openapi_document(settings.base_path)
 
     def owns(self, path: str) -> bool:
@@ -213,12 +213,12 @@ class HaidipSurface:
 
     def route(self, method: str, path: str) -> Route:
         if path == WELL_KNOWN:
-            if method not in ("GET", "HEAD"):
+            if method != "GET":
                 raise wrong_method(method, "GET")
             return Route("card", DESCRIBE)
         rest = path[len(self.base) :].rstrip("/")
         if rest == "/openapi.json":
-            if method not in ("GET", "HEAD"):
+            if method != "GET":
                 raise wrong_method(method, "GET")
             return Route("openapi", DESCRIBE)
         if rest == "/agents":
@@ -339,20 +339,16 @@ class HaidipSurface:
         with svc.index.lock:
             registry = svc.index.registry
             mask = registry.gate_mask(params, identity.scope, svc.zones, now.timestamp())
-            ids = registry.ids_at(np.nonzero(mask)[0].tolist())
-        ids.sort()
-        start = bisect.bisect_right(ids, after) if after is not None else 0
-        first = start + q.skip
-        page = ids[first : first + q.top]
+            found = self.order.page(registry, mask, seq, after, q.skip, q.top)
+        page = found.ids
         fields = await asyncio.to_thread(svc.index.result_fields, page)
         agents = [summary(fields[cid]) for cid in page if cid in fields]
-        more = first + q.top < len(ids)
         body: dict[str, Any] = {
             "agents": agents,
-            "count": len(ids),
+            "count": found.count,
             "top": q.top,
             "skip": q.skip,
-            "next_cursor": self.cursors.make(page[-1], fdigest) if more and page else None,
+            "next_cursor": self.cursors.make(page[-1], fdigest) if found.more and page else None,
             "filters": applied,
             "generated_at": rfc3339(now),
         }

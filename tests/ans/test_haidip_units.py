@@ -176,3 +176,39 @@ def test_bulk_import_line_carries_a_card_like_activate(
     with pytest.raises(AgtpError) as info:
         verify_line(bad, TrustedKeys([gov_key.public]), 1 << 20)
     assert info.value.status == 422
+
+
+def test_listing_order_pages_like_a_sort_of_the_mask() -> None:
+    import random
+
+    import numpy as np
+
+    from ans.config import RankingWeights
+    from ans.registry import AgentEntry, Registry
+    from ans.surfaces.haidip_listing import ListingOrder
+
+    rng = random.Random(7)
+    registry = Registry(RankingWeights())
+    ids = [f"agent-{rng.randrange(10**6):06d}-{i}" for i in range(300)]
+    for cid in ids:
+        registry.put(AgentEntry(cid, "Active", 1, 0.5, "zone:public", "x.example", ""))
+    for cid in ids[::7]:  # freed slots, some reused below
+        registry.remove(cid)
+    live = sorted(set(ids) - set(ids[::7]) | {"agent-new-1", "agent-new-2"})
+    for cid in ("agent-new-1", "agent-new-2"):
+        registry.put(AgentEntry(cid, "Active", 1, 0.5, "zone:public", "x.example", ""))
+    order = ListingOrder()
+    for position in (1, 1, 2):  # cached, then rebuilt
+        mask = np.zeros(len(registry._ids), dtype=bool)
+        chosen = {cid for cid in live if rng.random() < 0.6}
+        mask[registry.slots_of(sorted(chosen))] = True
+        expected = sorted(chosen)
+        after = expected[40]
+        page = order.page(registry, mask, position, after, 5, 20)
+        assert page.ids == expected[46:66] and page.count == len(expected) and page.more
+        tail = order.page(registry, mask, position, expected[-3], 0, 20)
+        assert tail.ids == expected[-2:] and not tail.more
+        first = order.page(registry, mask, position, None, 0, 10)
+        assert first.ids == expected[:10]
+        gone = order.page(registry, mask, position, "agent-zzz", 0, 10)
+        assert gone.ids == [] and not gone.more
