@@ -36,7 +36,6 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
-from urllib.parse import unquote
 
 import httpx
 import orjson
@@ -64,6 +63,7 @@ from ans.protocol.messages import DescribeRequest, Identity, parse_identity
 from ..config import ConfigError
 from ..gate import REFUSED_AFTER_PARSING, Credentials, RequestGate
 from ..invoke_config import InvokeConfigError, InvokeSettings
+from ..profile_metadata import profile_canonical_id
 from ..service import AnsService
 from .haidip_invoke_errors import invoke_error
 from .haidip_invoke_upstream import (
@@ -191,9 +191,10 @@ class InvokeSurface:
             self.gate.settle(creds, self.cpu_clock() - started, refused)
 
     def agent_id_of(self, path: str) -> str:
-        raw = path[len(self.prefix) : -len("/invoke")]
-        agent_id = unquote(raw)
-        if not agent_id or "/" in raw or len(agent_id) > MAX_AGENT_ID_CHARS:
+        """The agent id between the prefix and ``/invoke`` (the ASGI path is
+        already percent-decoded: an id may hold ``/``)."""
+        agent_id = path[len(self.prefix) : -len("/invoke")]
+        if not agent_id or len(agent_id) > MAX_AGENT_ID_CHARS:
             raise NotFound(f"no agent at {path[:120]}")
         return agent_id
 
@@ -219,12 +220,9 @@ class InvokeSurface:
         send: Send,
         who: dict[str, Any],
     ) -> None:
-        svc = self.service
         s = self.settings
         self._limit(self.callers, identity.agent_id, "invoke_caller", who, request_id, target_id)
-        described = svc.describe(
-            DescribeRequest(identity, request_id, target_id), required=AGENTS_INVOKE, method=INVOKE
-        )
+        described = self._describe(identity, request_id, target_id)
         manifest, caps = described["manifest"], described.get("capabilities") or {}
         cid = str(manifest.get("canonical_id", target_id))
         target = select_target(manifest, caps, s)
@@ -323,6 +321,22 @@ class InvokeSurface:
             )
 
     # -- helpers -----------------------------------------------------------------------
+    def _describe(self, identity: Identity, request_id: str, target_id: str) -> dict[str, Any]:
+        """The core's DESCRIBE with ``agents:invoke``: ``target_id`` is a
+        canonical id or a name, else a profile id (as GET {profile}/agents/{id})."""
+
+        def describe(cid: str) -> dict[str, Any]:
+            req = DescribeRequest(identity, request_id, cid)
+            return self.service.describe(req, required=AGENTS_INVOKE, method=INVOKE)
+
+        try:
+            return describe(target_id)
+        except NotFound:
+            mapped = profile_canonical_id(target_id)
+            if mapped == target_id:
+                raise
+            return describe(mapped)
+
     def _limit(
         self,
         limiter: RateLimiter,
