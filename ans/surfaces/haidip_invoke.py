@@ -12,10 +12,11 @@ A translation, never a second policy. In order:
 3. the core's DESCRIBE rules with the ``agents:invoke`` scope instead of
    ``discovery:query`` (403 ``forbidden``, audited): an agent in a zone the
    caller may not see is 404 as an unknown one, Suspended 503, retired 410;
-4. the target: the agent's first http(s) binding, its address policy
-   (:mod:`.haidip_invoke_upstream`), then the per-target limit (429);
-5. the body: JSON, at most ``max_body_bytes`` (413 before reading more when
-   Content-Length says so);
+4. the target: the agent's first http(s) binding, then the per-target
+   limit (429), the Content-Type (415) and a declared Content-Length (413),
+   the address policy (:mod:`.haidip_invoke_upstream`);
+5. only then the body: strict JSON, at most ``max_body_bytes`` (413 as soon
+   as more arrives);
 6. the call (httpx, HTTP/2 or HTTP/1.1): 502 ``upstream_unreachable``, 504
    ``upstream_timeout``; the answer is relayed chunk by chunk (``text/event-stream``
    included) up to ``max_response_bytes``; past that, or when the agent stops
@@ -35,6 +36,7 @@ import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -89,11 +91,22 @@ INVOKE = "INVOKE"  # the gate's and the audit records' method name
 MAX_AGENT_ID_CHARS = 512
 REQUEST_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 AUDITED_CHARS = 256
+# A refused HTTP/1.1 request's unread body up to this size is read and dropped
+# (within DRAIN_SECONDS) so its connection stays usable; a larger one closes it.
+DRAIN_LIMIT = 64 * 1024
+DRAIN_SECONDS = 1.0
 JSON_TYPES = ("application/json",)
 
 
 class ClientGone(Exception):
     """The caller disconnected before its body arrived."""
+
+
+@dataclass(slots=True)
+class _Exchange:
+    """What one request has consumed so far (a refusal drains the rest)."""
+
+    body_read: bool = False
 
 
 class InvokeSurface:
@@ -157,6 +170,7 @@ class InvokeSurface:
         creds = Credentials(client_address=address)
         started = self.cpu_clock()
         refused = False
+        exchange = _Exchange()
         try:
             headers = header_map(scope["headers"])
             sent_id = headers.get(self.settings.request_id_header.lower(), "").strip()
@@ -181,12 +195,13 @@ class InvokeSurface:
                 raise
             who = {"agent_id": identity.agent_id, "principal_id": identity.principal_id}
             await self.invoke(
-                identity, target_id, headers, declared, request_id, receive, send, who
+                identity, target_id, headers, declared, request_id, (receive, exchange), send, who
             )
         except Exception as exc:
             if isinstance(exc, AgtpError) and exc.status in (451, 453):
                 refused = True
-            await self.refuse(exc, send, request_id, who, target_id)
+            close = await self._drain(scope, receive, exchange)
+            await self.refuse(exc, send, request_id, who, target_id, close=close)
         finally:
             self.gate.settle(creds, self.cpu_clock() - started, refused)
 
@@ -216,11 +231,12 @@ class InvokeSurface:
         headers: Mapping[str, str],
         declared: int | None,
         request_id: str,
-        receive: Receive,
+        reading: tuple[Receive, _Exchange],
         send: Send,
         who: dict[str, Any],
     ) -> None:
         s = self.settings
+        receive, exchange = reading
         self._limit(self.callers, identity.agent_id, "invoke_caller", who, request_id, target_id)
         described = self._describe(identity, request_id, target_id)
         manifest, caps = described["manifest"], described.get("capabilities") or {}
@@ -231,11 +247,12 @@ class InvokeSurface:
         _check_json_type(headers)
         if declared is not None and declared > s.max_body_bytes:
             raise BodyTooLarge(f"the body is {declared} bytes; the limit is {s.max_body_bytes}")
+        await check_address(target, s, timeouts.connect)
         body = await self._read_body(receive, s.max_body_bytes)
+        exchange.body_read = True
         if not body.strip():
             raise InvalidBody("the invocation body must be JSON (the agent's input)")
         jsonstrict.loads(body, max_bytes=s.max_body_bytes)  # 400 unless strict JSON
-        await check_address(target, s, timeouts.connect)
         request = self.client.build_request(
             "POST",
             target.url,
@@ -387,6 +404,29 @@ class InvokeSurface:
                 f"the request body did not arrive within {self.body_timeout:g} s"
             ) from None
 
+    async def _drain(self, scope: Scope, receive: Receive, exchange: _Exchange) -> bool:
+        """Before an HTTP/1.x refusal, read and drop an unread body of at
+        most DRAIN_LIMIT bytes; True when the connection must close instead."""
+        if exchange.body_read or not str(scope.get("http_version", "")).startswith("1"):
+            return False
+        for name, value in scope.get("headers", ())[:64]:
+            if name.lower() == b"content-length" and value.strip().isdigit():
+                if int(value) > DRAIN_LIMIT:
+                    return True  # not worth reading: the connection closes
+        size = 0
+        try:
+            async with asyncio.timeout(DRAIN_SECONDS):
+                while size <= DRAIN_LIMIT:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return True
+                    size += len(message.get("body", b""))
+                    if not message.get("more_body", False):
+                        return size > DRAIN_LIMIT
+        except TimeoutError:
+            return True
+        return True
+
     async def refuse(
         self,
         exc: Exception,
@@ -394,8 +434,11 @@ class InvokeSurface:
         request_id: str,
         who: dict[str, Any],
         target_id: str | None,
+        *,
+        close: bool = False,
     ) -> None:
-        """Answer (when the answer has not started) and audit one refusal."""
+        """Answer (when the answer has not started) and audit one refusal;
+        ``close``: tell an HTTP/1.x client the connection ends here."""
         if isinstance(exc, ClientGone):
             err_status, code = 499, "client_gone"
             error = None
@@ -425,6 +468,8 @@ class InvokeSurface:
             (b"content-length", str(len(data)).encode()),
             *((k.encode("latin-1"), v.encode("latin-1", "replace")) for k, v in error.headers),
         ]
+        if close:
+            out.append((b"connection", b"close"))
         try:
             await send({"type": "http.response.start", "status": error.status, "headers": out})
             await send({"type": "http.response.body", "body": data})
