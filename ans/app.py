@@ -61,6 +61,7 @@ from .newer_surface import NewerSurface
 from .refusals import SIGNED_METHODS, refusal_object, sign_refusal
 from .request_log import NOTE, RequestLog, RequestLogSettings, note
 from .service import AnsService
+from .surfaces.haidip import HaidipSurface
 from .surfaces.haidip_invoke import InvokeSurface
 from .surfaces.profile import ProfileSurface
 
@@ -131,11 +132,21 @@ class AnsApp:
             if settings.enabled
             else None
         )
-        # The HAIDIP invocation gateway ([haidip.invoke]), same gate; its
-        # upstream client closes with the lifespan.
+        # HAIDIP REST ([haidip]), same gate; paths ending in /invoke are not its.
+        haidip = service.config.haidip
+        self.haidip = (
+            HaidipSurface(service, self.gate, haidip, self._read_body, cpu_clock)
+            if haidip.enabled
+            else None
+        )
+        # The HAIDIP invocation gateway ([haidip.invoke]) under [haidip]
+        # base_path, same gate; its upstream client closes with the lifespan.
+        invoke = service.config.invoke
         self.invoke = (
-            InvokeSurface(service, self.gate, service.config.invoke, body_timeout=body_timeout)
-            if service.config.invoke.enabled
+            InvokeSurface(
+                service, self.gate, invoke, base_path=haidip.base_path, body_timeout=body_timeout
+            )
+            if haidip.enabled and invoke.enabled
             else None
         )
         if self.invoke is not None:
@@ -185,6 +196,13 @@ class AnsApp:
             and self.profile.owns(scope["path"])
         ):
             await self.profile.handle(scope, receive, send)
+            return
+        if (
+            self.haidip is not None
+            and scope["method"] in HTTP_METHODS
+            and self.haidip.owns(scope["path"])
+        ):
+            await self.haidip.handle(scope, receive, send)
             return
         task_id: str | None = None
         method: str | None = None

@@ -28,6 +28,7 @@ from ans.governance.ratelimit import RateLimitSettings, parse_networks
 from .ann import AnnSettings
 from .config_env import PREFIX, EnvError, env_table, merge, strip_origins
 from .freshness_policy import FreshnessConfigError, FreshnessSettings, freshness_from_table
+from .haidip_config import HaidipConfigError, HaidipSettings, haidip_from_table
 from .invoke_config import InvokeConfigError, InvokeSettings, invoke_from_table
 from .relevance import GATES, RelevanceGate
 
@@ -172,6 +173,8 @@ class Config:
     peers: tuple[Peer, ...] = ()
     # [freshness]: refresh scheduler, availability polling, governance webhook
     freshness: FreshnessSettings = field(default_factory=FreshnessSettings)
+    # [haidip]: the HAIDIP REST surface (ans.haidip_config)
+    haidip: HaidipSettings = field(default_factory=HaidipSettings)
     # [haidip.invoke]: the HAIDIP invocation gateway (ans.invoke_config)
     invoke: InvokeSettings = field(default_factory=InvokeSettings)
     # [logging]
@@ -468,6 +471,7 @@ RENAMED = _RENAMED
 TABLES = {
     "federation": "federation",
     "freshness": "freshness",
+    "haidip": "haidip",
     "rate_limit": "rate_limit",
     "index": "index",
     "ranking": "ranking",
@@ -518,18 +522,16 @@ def load_with_origin(
                 except FreshnessConfigError as exc:
                     raise ConfigError(str(exc)) from None
                 continue
+            if section == "haidip":
+                try:
+                    values["haidip"] = haidip_from_table(body)
+                    if "invoke" in body:  # the gateway's nested table
+                        values["invoke"] = invoke_from_table(body["invoke"], file_base)
+                except (HaidipConfigError, InvokeConfigError) as exc:
+                    raise ConfigError(str(exc)) from None
+                continue
             if section == "rate_limit":
                 values["rate_limit"] = _rate_limit(body)
-                continue
-            if section == "haidip":
-                # Only the gateway's subtable so far; the HAIDIP surface's own
-                # [haidip] keys arrive with it (its parser skips "invoke").
-                if not isinstance(body, dict) or set(body) - {"invoke"}:
-                    raise ConfigError("[haidip] supports only the [haidip.invoke] table here")
-                try:
-                    values["invoke"] = invoke_from_table(body.get("invoke", {}), file_base)
-                except InvokeConfigError as exc:
-                    raise ConfigError(str(exc)) from None
                 continue
             if section == "index":
                 values["index"] = _index(body)

@@ -120,6 +120,26 @@ def _parser() -> argparse.ArgumentParser:
     )
     im.add_argument("--cacert", default=None, help="with --server: CA bundle for https")
 
+    ic = sub.add_parser(
+        "import-cards",
+        help="register HAIDIP / A2A agent cards as self-asserted tier-3 records",
+    )
+    ic.add_argument(
+        "path",
+        type=Path,
+        metavar="PATH",
+        help="a card file (one JSON object, or an array of them) or a directory of *.json cards",
+    )
+    ic.add_argument("--data-dir", type=Path, help="the server's data directory")
+    ic.add_argument("--store", metavar="PATH|URL", help="the registry store (as ans serve)")
+    ic.add_argument("--config", type=Path, help="TOML configuration file")
+    ic.add_argument("--zone", help="governance zone of the records (default zone:public)")
+    ic.add_argument(
+        "--principal-id", default=None, help="the principal owning the records (default: $USER)"
+    )
+    ic.add_argument("--strict", action="store_true", help="exit 1 when any card is refused")
+    ic.add_argument("--quiet", action="store_true", help="no line per card, only the summary")
+
     d = sub.add_parser("discover", help="send DISCOVER and print a verified, ranked table")
     d.add_argument(
         "intent", nargs="?", help="natural-language description of the needed capability"
@@ -312,6 +332,10 @@ _EXAMPLES = {
     "import": [
         "ans import agents.jsonl --data-dir ans-data --governance-jwks gov.jwks.json",
         "ans import agents.jsonl --server http://127.0.0.1:4480   # into a running server",
+    ],
+    "import-cards": [
+        "ans import-cards cards/ --data-dir ans-data",
+        "ans import-cards partner-agents.json --data-dir ans-data --zone zone:partners",
     ],
     "discover": [
         'ans discover "audit Solidity smart contracts" --trust-tier-min 2 --limit 5',

@@ -25,8 +25,9 @@ A translation, never a second policy. In order:
 
 Every invocation is audited (``invocation``: caller, target, endpoint
 origin, status, bytes each way, duration, outcome — never a body) and every
-refusal too (``invocation_refused``). Errors use HAIDIP's error object
-(:mod:`.haidip_invoke_errors`). Nothing here raises to the ASGI server.
+refusal too (``invocation_refused``). Errors use the HAIDIP surface's error object
+(:mod:`.haidip_errors`: ``AgentError`` 502, ``AgentTimeout`` 504, ... with
+the core's code as ``detail``). Nothing here raises to the ASGI server.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ from ..gate import REFUSED_AFTER_PARSING, Credentials, RequestGate
 from ..invoke_config import InvokeConfigError, InvokeSettings
 from ..profile_metadata import profile_canonical_id
 from ..service import AnsService
-from .haidip_invoke_errors import invoke_error
+from .haidip_errors import haidip_error
 from .haidip_invoke_upstream import (
     Target,
     check_address,
@@ -119,6 +120,7 @@ class InvokeSurface:
         gate: RequestGate,
         settings: InvokeSettings,
         *,
+        base_path: str,
         body_timeout: float,
         client: httpx.AsyncClient | None = None,
         cpu_clock: Callable[[], float] = time.thread_time,
@@ -129,7 +131,7 @@ class InvokeSurface:
         self.service = service
         self.gate = gate
         self.settings = settings
-        self.prefix = settings.base_path + "/agents/"
+        self.prefix = base_path + "/agents/"
         self.body_timeout = body_timeout
         self.cpu_clock = cpu_clock
         self.monotonic = monotonic
@@ -443,11 +445,13 @@ class InvokeSurface:
             err_status, code = 499, "client_gone"
             error = None
         else:
-            if not isinstance(exc, AgtpError):
+            failure = exc if isinstance(exc, AgtpError) else None
+            if failure is None:
                 log.exception("unhandled error in the invocation gateway")
-                exc = ServerError("internal error; see the server log")
-            error = invoke_error(exc)
-            err_status, code = error.status, error.code
+                failure = ServerError("internal error; see the server log")
+            error = haidip_error(failure, request_id)
+            # audited with the core's code (upstream_timeout, not_invocable, ...)
+            err_status, code = error.status, str(failure.code)
         self.service.audit.record(
             "invocation_refused",
             method=INVOKE,
@@ -456,7 +460,7 @@ class InvokeSurface:
             target=target_id[:AUDITED_CHARS] if target_id else None,
             status=err_status,
             code=code,
-            reason=str(getattr(exc, "message", ""))[:AUDITED_CHARS],
+            reason=str(getattr(exc, "message", "client disconnected"))[:AUDITED_CHARS],
         )
         if error is None:
             return
