@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import orjson
@@ -375,6 +376,28 @@ def test_invoke_echo_forwards_json_not_the_callers_credentials(
         assert name not in seen
     assert r.headers["x-request-id"] == f"req-echo-{h2}"
     assert r.headers["x-agent"] == "fake" and "set-cookie" not in r.headers
+
+
+def test_seed_section_5_flow_search_get_invoke(world: dict[str, Any]) -> None:
+    """Seed 003 section 5: search, pick, get the card, invoke through the gateway."""
+    caller = {**CALLER, "authority-scope": "discovery:query agents:invoke"}
+    query = {"query": "the echo agent answers invocations for the gateway tests", "top": 20}
+    with httpx.Client(base_url=world["srv"].url, timeout=30) as c:
+        r = c.post("/haidip/v1/agents/search", headers=caller, content=orjson.dumps(query))
+        assert r.status_code == 200, r.text
+        best = next(x for x in r.json()["results"] if x["name"] == "echo")
+        assert {"id", "name", "description", "score"} <= set(best)
+        r = c.get(f"/haidip/v1/agents/{quote(best['id'], safe='')}", headers=caller)
+        assert r.status_code == 200, r.text
+        card = r.json()
+        assert card["endpoint"].endswith("/echo")
+        r = c.post(
+            f"/haidip/v1/agents/{quote(card['id'], safe='')}/invoke",
+            headers=caller,
+            content=orjson.dumps({"text": "Hello, how are you?", "target_language": "fr"}),
+        )
+    assert r.status_code == 200, r.text
+    assert r.json()["echo"] == {"text": "Hello, how are you?", "target_language": "fr"}
 
 
 def test_invoke_over_tls_with_http2_and_the_gateways_client_certificate(
