@@ -287,10 +287,11 @@ class InvokeSurface:
     ) -> None:
         """Relay the agent's answer chunk by chunk, bounded; stop when the
         caller goes away (an endless event stream must not outlive it); audit it."""
-        target, cid, request_id, bytes_in, began = relay
+        target, request_id = relay[0], relay[2]
         limit = self.settings.max_response_bytes
         outcome = "complete"
         size = 0
+        audited = False
         gone = asyncio.ensure_future(receive())  # the body is read: only a disconnect comes
         try:
             length = response.headers.get("content-length", "")
@@ -320,24 +321,42 @@ class InvokeSurface:
                 outcome = "upstream_timeout"
             except httpx.HTTPError:
                 outcome = "upstream_broken"
+            await response.aclose()
+            # audited before the answer ends: a caller holding the whole answer
+            # finds its record in the log
+            audited = self._audit_invocation(response, relay, who, size, outcome)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             gone.cancel()
             await response.aclose()
-            self.service.audit.record(
-                "invocation",
-                method=INVOKE,
-                **who,
-                task_id=request_id,
-                target=cid,
-                endpoint=target.origin,
-                http_version=response.http_version,
-                status=response.status_code,
-                bytes_in=bytes_in,
-                bytes_out=size,
-                duration_ms=round((self.monotonic() - began) * 1000.0, 1),
-                outcome=outcome,
-            )
+            if not audited:
+                self._audit_invocation(response, relay, who, size, outcome)
+
+    def _audit_invocation(
+        self,
+        response: httpx.Response,
+        relay: tuple[Target, str, str, int, float],
+        who: dict[str, Any],
+        size: int,
+        outcome: str,
+    ) -> bool:
+        """One ``invocation`` record: who, what, how it went; never a body."""
+        target, cid, request_id, bytes_in, began = relay
+        self.service.audit.record(
+            "invocation",
+            method=INVOKE,
+            **who,
+            task_id=request_id,
+            target=cid,
+            endpoint=target.origin,
+            http_version=response.http_version,
+            status=response.status_code,
+            bytes_in=bytes_in,
+            bytes_out=size,
+            duration_ms=round((self.monotonic() - began) * 1000.0, 1),
+            outcome=outcome,
+        )
+        return True
 
     # -- helpers -----------------------------------------------------------------------
     def _describe(self, identity: Identity, request_id: str, target_id: str) -> dict[str, Any]:

@@ -30,9 +30,11 @@ def test_defaults_and_the_invoke_table_is_skipped(tmp_path: Path) -> None:
     cfg = tmp_path / "ans.toml"
     cfg.write_text(
         "[haidip]\npublic_listing = true\nbase_path = '/agents-api/v2'\n"
-        "[haidip.invoke]\ntimeout = 5.0\nwhatever = 'the gateway parses this'\n"
+        "[haidip.invoke]\nread_timeout = 5.0  # the gateway parses this table\n"
     )
-    settings = load(cfg, environ={}).haidip
+    loaded = load(cfg, environ={})
+    settings = loaded.haidip
+    assert loaded.invoke.read_timeout == 5.0
     assert settings.public_listing and settings.base_path == "/agents-api/v2"
     assert not settings.card_upload and settings.enabled
     env = {"ANS_HAIDIP__CARD_UPLOAD": "true", "ANS_HAIDIP__TRUST_TIER_MIN": "2"}
