@@ -30,6 +30,7 @@ from .config_env import PREFIX, EnvError, env_table, merge, strip_origins
 from .freshness_policy import FreshnessConfigError, FreshnessSettings, freshness_from_table
 from .haidip_config import HaidipConfigError, HaidipSettings, haidip_from_table
 from .invoke_config import InvokeConfigError, InvokeSettings, invoke_from_table
+from .mcp.config import McpConfigError, McpSettings, mcp_from_table
 from .relevance import GATES, RelevanceGate
 
 
@@ -177,6 +178,8 @@ class Config:
     haidip: HaidipSettings = field(default_factory=HaidipSettings)
     # [haidip.invoke]: the HAIDIP invocation gateway (ans.invoke_config)
     invoke: InvokeSettings = field(default_factory=InvokeSettings)
+    # [mcp]: the MCP-orchestrator registry (seed 002), off by default
+    mcp: McpSettings = field(default_factory=McpSettings)
     # [logging]
     log_level: str = "info"
     log_format: str = "console"
@@ -472,6 +475,7 @@ TABLES = {
     "federation": "federation",
     "freshness": "freshness",
     "haidip": "haidip",
+    "mcp": "mcp",
     "rate_limit": "rate_limit",
     "index": "index",
     "ranking": "ranking",
@@ -528,6 +532,14 @@ def load_with_origin(
                     if "invoke" in body:  # the gateway's nested table
                         values["invoke"] = invoke_from_table(body["invoke"], file_base)
                 except (HaidipConfigError, InvokeConfigError) as exc:
+                    raise ConfigError(str(exc)) from None
+                continue
+            if section == "mcp":
+                if not isinstance(body, dict):
+                    raise ConfigError("[mcp] must be a table")
+                try:
+                    values["mcp"] = mcp_from_table(body)
+                except McpConfigError as exc:
                     raise ConfigError(str(exc)) from None
                 continue
             if section == "rate_limit":

@@ -41,6 +41,7 @@ from .core.loader import INDEX_BATCH, batches
 from .datadir_lock import WritersLock
 from .matcher import profile_from
 from .metrics import FEED_LAG
+from .profile_metadata import is_self_asserted
 from .registry import AgentEntry
 from .store import StoredAgent
 
@@ -112,7 +113,9 @@ class Follower:
         with index.lock:  # withdrawals first, at once
             for a in rows:
                 cid = a.canonical_id
-                if a.lifecycle_state == ACTIVE and keys.get(a.signer_kid) is not None:
+                # A self-asserted record is signed by no key (as the loader reads it).
+                trusted = keys.get(a.signer_kid) is not None or is_self_asserted(a.signer_kid)
+                if a.lifecycle_state == ACTIVE and trusted:
                     live.append(a)
                     index.withdrawn.pop(cid, None)
                     continue

@@ -33,6 +33,9 @@ from .config import Config
 from .datadir_lock import DataDirLock
 from .freshness_runner import FreshnessRunner
 from .gate import RequestGate
+from .mcp import ws_heartbeat
+from .mcp.ws import MAX_FRAME as MCP_MAX_FRAME
+from .mcp.ws_backend import build_mdns
 from .mtls import serve_with_client_certs
 from .native_server import MAX_CONNECTIONS as NATIVE_MAX_CONNECTIONS
 from .native_server import SCHEME_CLEARTEXT, SCHEME_TLS, NativeListener, native_ssl_context
@@ -143,6 +146,9 @@ def hypercorn_config(
         ),
     )
     hc.ssl_handshake_timeout = config.request_timeout
+    if config.mcp.enabled:  # the MCP WebSocket: pings (ans.mcp.ws_heartbeat), frame bound
+        hc.websocket_ping_interval = config.mcp.ws_ping_interval
+        hc.websocket_max_message_size = MCP_MAX_FRAME
     if config.tls_certfile is not None:
         hc.certfile = str(config.tls_certfile)
         hc.keyfile = str(config.tls_keyfile)
@@ -252,6 +258,10 @@ def serve_forever(
     native_tls = native_ssl_context(config) if native_at is not None else None
     hc = hypercorn_config(config, sock, http_cap)
     drain.install()  # the HTTP/2 defences, and on SIGTERM the drain: see the modules
+    if config.mcp.enabled:
+        ws_heartbeat.install()  # the MCP WebSocket closes on a missed pong
+    if app.mcp is not None and config.mcp.mdns and save_snapshot:  # one per node
+        app.background = (*app.background, build_mdns(app.mcp.registry, url))
     # hypercorn does not hand the peer certificate to the app; in mtls mode
     # our accept loop adds it as the ASGI TLS extension (see ans.mtls).
     serve_fn = serve_with_client_certs if config.auth_mode == "mtls" else serve
@@ -282,6 +292,8 @@ def serve_forever(
             log.info("stopping: answering what was received", grace=config.graceful_timeout)
             if native is not None:  # drains while hypercorn drains the HTTP/2 listener
                 native_drain.begin(native.stop(config.graceful_timeout))
+            if app.mcp_ws is not None:  # WebSocket sessions would hold the drain open
+                app.mcp_ws.going_away()
 
         server = asyncio.create_task(serve_fn(app, hc, shutdown_trigger=shutdown))  # type: ignore[arg-type]
         await asyncio.sleep(0)

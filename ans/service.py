@@ -205,10 +205,11 @@ class AnsService:
         identity: Identity,
         task_id: str | None = None,
         zone: str | None = None,
+        owner: str | None = None,
     ) -> dict[str, Any]:
         """A self-asserted tier-3 record (:meth:`Registrar.admit_self_asserted`)."""
         return self.registrar.admit_self_asserted(
-            metadata, source=source, identity=identity, task_id=task_id, zone=zone
+            metadata, source=source, identity=identity, task_id=task_id, zone=zone, owner=owner
         )
 
     def lifecycle(self, req: LifecycleRequest) -> dict[str, Any]:

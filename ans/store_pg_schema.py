@@ -75,6 +75,25 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             "CREATE INDEX audit_outbox_by_node ON audit_outbox (node, id)",
         ),
     ),
+    (
+        2,
+        "mcp registry: trust store (pinned key per agent_id, heartbeat)",
+        (
+            """CREATE TABLE mcp_agents (
+                   agent_id         text COLLATE "C" PRIMARY KEY,
+                   key_pem          text NOT NULL,
+                   key_id           text NOT NULL,
+                   announcement     bytea NOT NULL,
+                   digest           text NOT NULL,
+                   first_seen       double precision NOT NULL,
+                   last_seen        double precision NOT NULL,
+                   previous_key_pem text,
+                   previous_key_id  text,
+                   previous_until   double precision,
+                   removed_at       double precision)""",
+            "CREATE INDEX mcp_agents_by_last_seen ON mcp_agents (last_seen)",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 # pg_advisory_xact_lock key for migrations ("ANS" + 1).

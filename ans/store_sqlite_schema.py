@@ -18,15 +18,27 @@ import orjson
 
 from .store_records import gate_columns
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 Transaction = Callable[[], AbstractContextManager[None]]
+MCP_AGENTS_TABLE = """CREATE TABLE IF NOT EXISTS mcp_agents (
+       agent_id         TEXT PRIMARY KEY,
+       key_pem          TEXT NOT NULL,
+       key_id           TEXT NOT NULL,
+       announcement     BLOB NOT NULL,
+       digest           TEXT NOT NULL,
+       first_seen       REAL NOT NULL,
+       last_seen        REAL NOT NULL,
+       previous_key_pem TEXT,
+       previous_key_id  TEXT,
+       previous_until   REAL,
+       removed_at       REAL)"""
 
 
 def prepare(db: sqlite3.Connection, transaction: Transaction) -> None:
     """Create or migrate the schema on ``db`` (autocommit); ``transaction``
     opens a write transaction on it. RuntimeError for a newer schema."""
     version = db.execute("PRAGMA user_version").fetchone()[0]
-    if version not in (0, 1, 2, 3, SCHEMA_VERSION):
+    if version not in (0, 1, 2, 3, 4, SCHEMA_VERSION):
         raise RuntimeError(f"registry schema version {version} is newer than this ANS")
     db.execute(
         """CREATE TABLE IF NOT EXISTS agents (
@@ -77,6 +89,9 @@ def prepare(db: sqlite3.Connection, transaction: Transaction) -> None:
         "CREATE TABLE IF NOT EXISTS audit_outbox (id INTEGER PRIMARY KEY AUTOINCREMENT, "
         "entry BLOB NOT NULL, node TEXT NOT NULL DEFAULT '')"
     )
+    # v5: the MCP registry's trust store (new table: nothing to backfill).
+    db.execute(MCP_AGENTS_TABLE)
+    db.execute("CREATE INDEX IF NOT EXISTS mcp_agents_by_last_seen ON mcp_agents (last_seen)")
     if version in (1, 2):
         _migrate_to_v3(db, transaction)
     if version in (1, 2, 3):

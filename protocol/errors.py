@@ -64,6 +64,9 @@ class ErrorCode(StrEnum):
     METHOD_MISMATCH = "method_mismatch"
     TASK_ID_MISMATCH = "task_id_mismatch"
     INVALID_BODY = "invalid_body"
+    # MCP registry (seed 002): a message that fails its schema; an unknown major version.
+    INVALID_MCP_MESSAGE = "invalid_mcp_message"
+    UNSUPPORTED_PROTOCOL_VERSION = "unsupported_protocol_version"
     # Raised by the client (ans.client): a result's query_digest does not match
     # the parameters sent; as a refusal check it is 401 (SignatureInvalid).
     DIGEST_MISMATCH = "digest_mismatch"
@@ -100,11 +103,13 @@ class ErrorCode(StrEnum):
     API_KEY_IDENTITY_MISMATCH = "api_key_identity_mismatch"  # headers name another principal
 
     # 404 / 408 / 409 / 410 -----------------------------------------------------
+    NOT_IN_ALLOW_LIST = "not_in_allow_list"  # 403: MCP announce of an agent_id not allow-listed
     NOT_FOUND = "not_found"
     UNKNOWN_PATH = "unknown_path"  # newer dialect: a request-line path ANS does not serve
     NAME_NOT_FOUND = "name_not_found"  # name resolution: no Active agent has the name
     REQUEST_TIMEOUT = "request_timeout"
     CONFLICT = "conflict"
+    DUPLICATE_ID = "duplicate_id"  # MCP: an agent_id pinned to another key
     STALE_EVENT = "stale_event"  # issued_at outside the window, or older than the last event
     STALE_METADATA = "stale_metadata"  # re-ACTIVATE with an older manifest than the stored one
     INVALID_TRANSITION = "invalid_transition"  # e.g. REINSTATE of an agent dropped for freshness

@@ -21,6 +21,7 @@ from .cards import cmd_import_cards
 from .config import cmd_backup, cmd_config_show, cmd_restore
 from .discover import cmd_discover
 from .governance import cmd_keygen, cmd_sign
+from .mcp import cmd_mcp
 from .parser import _parser
 from .peers import cmd_peers_check
 from .register import cmd_activate, cmd_lifecycle
@@ -74,6 +75,8 @@ def _run(args: argparse.Namespace) -> int:
         return cmd_restore(args)
     if args.command == "apikey":
         return cmd_apikey_new(args)
+    if args.command == "mcp":
+        return cmd_mcp(args)
     if args.command == "governance" and args.gov_command == "keygen":
         return cmd_keygen(args)
     return cmd_sign(args)

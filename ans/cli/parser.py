@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from .. import __version__
+from .mcp import add_mcp_parser
 
 DEFAULT_SERVER = "http://127.0.0.1:4480"
 
@@ -299,6 +300,7 @@ def _parser() -> argparse.ArgumentParser:
         "(secrets redacted)",
     )
     cs.add_argument("--config", type=Path, help="TOML configuration file")
+    add_mcp_parser(sub)
     _polish(ap)
     return ap
 

@@ -10,6 +10,7 @@ Nothing is stored on any failure. Lifecycle events live in
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -215,6 +216,7 @@ class Registrar:
         identity: Identity,
         task_id: str | None = None,
         zone: str | None = None,
+        owner: str | None = None,
     ) -> dict[str, Any]:
         """Admit a profile metadata object (section 4.1: ``id``, ``name``,
         ``description``, ``bindings`` required; unknown fields kept) as a
@@ -228,11 +230,13 @@ class Registrar:
         never replaces or upgrades one) or is owned by another principal; 409
         ``stale_metadata`` for metadata older than the stored (``updated_at``)
         or already expired; 410 for a retired id; 422 for malformed metadata.
-        Same content again is idempotent (``unchanged``)."""
+        Same content again is idempotent (``unchanged``). ``owner`` replaces
+        the Principal-ID as the record's owner when the surface proves
+        ownership itself (MCP: the key pinned for the agent_id)."""
         audit = self.ctx.audit
         require_scope(identity, DISCOVERY_REGISTER, method=source, task_id=task_id, audit=audit)
         try:
-            return self._admit_self_asserted(metadata, source, identity, task_id, zone)
+            return self._admit_self_asserted(metadata, source, identity, task_id, zone, owner)
         except AgtpError as exc:
             audit.record(
                 "self_asserted_refused",
@@ -252,11 +256,12 @@ class Registrar:
         identity: Identity,
         task_id: str | None,
         zone: str | None,
+        owner: str | None = None,
     ) -> dict[str, Any]:
         ctx = self.ctx
         caps = check_metadata(metadata)
         check_not_expired(caps, ctx.clock().timestamp())
-        owner = identity.principal_id
+        owner = owner if owner is not None else identity.principal_id
         now = rfc3339(ctx.clock())
         manifest = self_asserted_manifest(caps, source=source, owner=owner, zone=zone, now=now)
         cid = manifest["canonical_id"]
@@ -313,6 +318,33 @@ class Registrar:
             "registered_at": stored.registered_at,
             "updated_at": stored.updated_at,
         }
+
+    def remove_self_asserted(self, cid: str, *, source: str, event: str, **fields: Any) -> bool:
+        """Take a self-asserted record of ``source`` out of the index and
+        persist it as lifecycle "Removed" (a change-feed entry, so every
+        follower drops it), with the audit record ``event``. A later
+        admission brings it back. False (nothing written) when the record is
+        absent, governed, of another surface or not Active."""
+        ctx, index = self.ctx, self.index
+        now = rfc3339(ctx.clock())
+        with index.write_lock:
+            stored = ctx.store.get(cid)
+            marker = stored.manifest.get("self_asserted") if stored is not None else None
+            if (
+                stored is None
+                or not is_self_asserted(stored.signer_kid)
+                or not isinstance(marker, dict)
+                or marker.get("source") != source
+                or stored.lifecycle_state != ACTIVE
+            ):
+                return False
+            require_writable(ctx.audit)
+            audit = ctx.audit.entry(event, canonical_id=cid, source=source, **fields)
+            removed = replace(stored, lifecycle_state="Removed", updated_at=now)
+            publish(ctx.store, ctx.audit, ctx.store.upsert(removed, audit), audit)
+            with index.lock:
+                index.remove(cid)
+        return True
 
     def _check_self_asserted(
         self, cid: str, caps: Mapping[str, Any], owner: str, previous: StoredAgent | None

@@ -39,7 +39,7 @@ from ans.matcher import CapabilityIndex
 from ans.ranking import rank_score, sort_key
 from ans.registry import AgentEntry
 from ans.service import AnsService
-from ans.store import SQLiteStore, StoredAgent
+from ans.store import SCHEMA_VERSION, SQLiteStore, StoredAgent
 from ans.wiring import profile_source
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
@@ -160,7 +160,7 @@ def test_v2_database_is_migrated_in_place(
     db.close()
 
     store = SQLiteStore(path)
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 4
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert store.max_seq() == 2
     (row,) = list(store.iter_index_rows())  # Active only
     assert row.canonical_id == a["canonical_id"]

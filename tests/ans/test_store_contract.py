@@ -21,7 +21,9 @@ from ans.protocol.errors import Conflict, ErrorCode, Gone, StorageUnavailable
 from ans.config import ConfigError
 from ans.store import SQLiteStore
 from ans.store_open import open_store
+from ans.store_pg_schema import MIGRATIONS
 from ans.store_records import Change, EventRecord, RegistryStore, StoredAgent, Tombstone
+from ans.store_sqlite_schema import SCHEMA_VERSION as SQLITE_SCHEMA
 from tools import pgtest
 
 
@@ -488,14 +490,14 @@ def test_migrations_from_an_empty_database(backend: Backend) -> None:
     assert again.get("x") is not None and again.max_seq() == 1
     if backend.kind == "sqlite":
         db = sqlite3.connect(backend.target)
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SQLITE_SCHEMA
         db.close()
     else:
         import psycopg
 
         with psycopg.connect(str(backend.target)) as conn:
             rows = conn.execute("SELECT version FROM schema_migrations").fetchall()
-        assert rows == [(1,)]
+        assert rows == [(v,) for v, _, _ in MIGRATIONS]
 
 
 def test_a_newer_schema_is_refused_in_one_line(backend: Backend) -> None:
@@ -533,7 +535,7 @@ def test_sqlite_v3_file_is_migrated_to_v4(tmp_path: Path) -> None:
     assert store.changes_since(0) == []  # before the feed existed: a follower loads it whole
     assert store.audit_outbox() == [(1, {"event": "queued"})]  # node '' owns the old rows
     store.close()
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 4
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SQLITE_SCHEMA
 
 
 def test_open_store_picks_the_store_from_the_value(tmp_path: Path, pg_reason: str | None) -> None:
