@@ -529,12 +529,8 @@ def load_with_origin(
             if section == "haidip":
                 try:
                     values["haidip"] = haidip_from_table(body)
-                    # [haidip.invoke] is the gateway's (haidip_from_table skips it).
-                    invoke = body.get("invoke", {}) if isinstance(body, dict) else {}
-                    # The gateway lives under the surface's base path.
-                    values["invoke"] = replace(
-                        invoke_from_table(invoke, file_base), base_path=values["haidip"].base_path
-                    )
+                    if "invoke" in body:  # the gateway's nested table
+                        values["invoke"] = invoke_from_table(body["invoke"], file_base)
                 except (HaidipConfigError, InvokeConfigError) as exc:
                     raise ConfigError(str(exc)) from None
                 continue

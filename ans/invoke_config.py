@@ -1,5 +1,5 @@
 """``[haidip.invoke]``: the settings of the HAIDIP invocation gateway
-(``POST {base_path}/agents/{id}/invoke``, :mod:`ans.surfaces.haidip_invoke`)
+(``POST {[haidip] base_path}/agents/{id}/invoke``, :mod:`ans.surfaces.haidip_invoke`)
 as one frozen :class:`InvokeSettings`, parsed by :func:`invoke_from_table`.
 
 Defaults are the safe ones: HTTPS targets only, no loopback/private/link-local
@@ -24,7 +24,6 @@ from typing import Any
 from ans.governance.ratelimit import RateLimitSettings
 
 HEADER_NAME_RE = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}")
-BASE_PATH_RE = re.compile(r"(?:/[A-Za-z0-9._~-]+){1,8}")
 MAX_AGENT_OVERRIDES = 10_000
 # Headers the gateway must set itself: a configured auth_header may not be one.
 RESERVED_HEADERS = frozenset(
@@ -73,9 +72,7 @@ class AgentTimeouts:
 
 @dataclass(frozen=True, slots=True)
 class InvokeSettings:
-    enabled: bool = True
-    # Until the HAIDIP surface's own [haidip] base_path exists, the gateway's.
-    base_path: str = "/haidip/v1"
+    enabled: bool = True  # served under [haidip] base_path, when [haidip] is enabled
     max_body_bytes: int = 1024 * 1024
     max_response_bytes: int = 16 * 1024 * 1024
     connect_timeout: float = 5.0
@@ -168,7 +165,7 @@ _NUMBERS: dict[str, tuple[float, float]] = {
     "per_agent_burst": (1, 1_000_000),
 }
 _BOOLS = {"enabled", "allow_http", "allow_private_targets", "http2", "forward_credentials"}
-_STRINGS = {"base_path", "auth_header", "auth_value", "auth_value_env", "request_id_header"}
+_STRINGS = {"auth_header", "auth_value", "auth_value_env", "request_id_header"}
 _SECRETS = {"auth_value"}
 _PATHS = {"auth_value_file", "client_certfile", "client_keyfile", "ca_bundle"}
 
@@ -242,8 +239,6 @@ def invoke_from_table(body: Any, base: Path | None = None) -> InvokeSettings:
 
 
 def _problem(s: InvokeSettings) -> str | None:
-    if BASE_PATH_RE.fullmatch(s.base_path) is None:
-        return "base_path must be an absolute path such as /haidip/v1 (no trailing slash)"
     for name in ("auth_header", "request_id_header"):
         value = getattr(s, name)
         if value and HEADER_NAME_RE.fullmatch(value) is None:

@@ -142,7 +142,10 @@ def parse_api_keys(entries: Any) -> tuple[ApiKey, ...]:
         seen.add(digest)
         principal = _text(entry, "principal_id", where, required=True)
         assert principal is not None
-        agent = _text(entry, "agent_id", where, required=False)
+        # "" is no agent id (as ``ans config show`` prints an unset one)
+        agent = (
+            None if entry.get("agent_id") == "" else _text(entry, "agent_id", where, required=False)
+        )
         tokens = _tokens(entry, "scopes", where) + _tokens(entry, "zones", where)
         scopes = tuple(dict.fromkeys(str(t) for t in tokens))
         keys.append(ApiKey(digest, principal, agent, scopes))

@@ -73,6 +73,9 @@ _BY_CODE: dict[str, HaidipCode] = {
     ErrorCode.MISSING_AUTHORITY_SCOPE: HaidipCode.UNAUTHORIZED,
     ErrorCode.INVALID_CAPABILITIES: HaidipCode.INVALID_CARD,
     ErrorCode.REQUEST_TIMEOUT: HaidipCode.REQUEST_TIMEOUT,
+    # (invoke) the agent declares no endpoint the gateway may call: the
+    # agent's side, not the caller's input
+    ErrorCode.NOT_INVOCABLE: HaidipCode.AGENT_ERROR,
 }
 
 _BY_STATUS: dict[int, HaidipCode] = {

@@ -12,10 +12,11 @@ A translation, never a second policy. In order:
 3. the core's DESCRIBE rules with the ``agents:invoke`` scope instead of
    ``discovery:query`` (403 ``forbidden``, audited): an agent in a zone the
    caller may not see is 404 as an unknown one, Suspended 503, retired 410;
-4. the target: the agent's first http(s) binding, its address policy
-   (:mod:`.haidip_invoke_upstream`), then the per-target limit (429);
-5. the body: JSON, at most ``max_body_bytes`` (413 before reading more when
-   Content-Length says so);
+4. the target: the agent's first http(s) binding, then the per-target
+   limit (429), the Content-Type (415) and a declared Content-Length (413),
+   the address policy (:mod:`.haidip_invoke_upstream`);
+5. only then the body: strict JSON, at most ``max_body_bytes`` (413 as soon
+   as more arrives);
 6. the call (httpx, HTTP/2 or HTTP/1.1): 502 ``upstream_unreachable``, 504
    ``upstream_timeout``; the answer is relayed chunk by chunk (``text/event-stream``
    included) up to ``max_response_bytes``; past that, or when the agent stops
@@ -24,8 +25,9 @@ A translation, never a second policy. In order:
 
 Every invocation is audited (``invocation``: caller, target, endpoint
 origin, status, bytes each way, duration, outcome — never a body) and every
-refusal too (``invocation_refused``). Errors use HAIDIP's error object
-(:mod:`.haidip_invoke_errors`). Nothing here raises to the ASGI server.
+refusal too (``invocation_refused``). Errors use the HAIDIP surface's error object
+(:mod:`.haidip_errors`: ``AgentError`` 502, ``AgentTimeout`` 504, ... with
+the core's code as ``detail``). Nothing here raises to the ASGI server.
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
 
 import httpx
 import orjson
@@ -64,8 +66,9 @@ from ans.protocol.messages import DescribeRequest, Identity, parse_identity
 from ..config import ConfigError
 from ..gate import REFUSED_AFTER_PARSING, Credentials, RequestGate
 from ..invoke_config import InvokeConfigError, InvokeSettings
+from ..profile_metadata import profile_canonical_id
 from ..service import AnsService
-from .haidip_invoke_errors import invoke_error
+from .haidip_errors import haidip_error
 from .haidip_invoke_upstream import (
     Target,
     check_address,
@@ -89,11 +92,22 @@ INVOKE = "INVOKE"  # the gate's and the audit records' method name
 MAX_AGENT_ID_CHARS = 512
 REQUEST_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 AUDITED_CHARS = 256
+# A refused HTTP/1.1 request's unread body up to this size is read and dropped
+# (within DRAIN_SECONDS) so its connection stays usable; a larger one closes it.
+DRAIN_LIMIT = 64 * 1024
+DRAIN_SECONDS = 1.0
 JSON_TYPES = ("application/json",)
 
 
 class ClientGone(Exception):
     """The caller disconnected before its body arrived."""
+
+
+@dataclass(slots=True)
+class _Exchange:
+    """What one request has consumed so far (a refusal drains the rest)."""
+
+    body_read: bool = False
 
 
 class InvokeSurface:
@@ -106,6 +120,7 @@ class InvokeSurface:
         gate: RequestGate,
         settings: InvokeSettings,
         *,
+        base_path: str,
         body_timeout: float,
         client: httpx.AsyncClient | None = None,
         cpu_clock: Callable[[], float] = time.thread_time,
@@ -116,7 +131,7 @@ class InvokeSurface:
         self.service = service
         self.gate = gate
         self.settings = settings
-        self.prefix = settings.base_path + "/agents/"
+        self.prefix = base_path + "/agents/"
         self.body_timeout = body_timeout
         self.cpu_clock = cpu_clock
         self.monotonic = monotonic
@@ -157,6 +172,7 @@ class InvokeSurface:
         creds = Credentials(client_address=address)
         started = self.cpu_clock()
         refused = False
+        exchange = _Exchange()
         try:
             headers = header_map(scope["headers"])
             sent_id = headers.get(self.settings.request_id_header.lower(), "").strip()
@@ -181,19 +197,21 @@ class InvokeSurface:
                 raise
             who = {"agent_id": identity.agent_id, "principal_id": identity.principal_id}
             await self.invoke(
-                identity, target_id, headers, declared, request_id, receive, send, who
+                identity, target_id, headers, declared, request_id, (receive, exchange), send, who
             )
         except Exception as exc:
             if isinstance(exc, AgtpError) and exc.status in (451, 453):
                 refused = True
-            await self.refuse(exc, send, request_id, who, target_id)
+            close = await self._drain(scope, receive, exchange)
+            await self.refuse(exc, send, request_id, who, target_id, close=close)
         finally:
             self.gate.settle(creds, self.cpu_clock() - started, refused)
 
     def agent_id_of(self, path: str) -> str:
-        raw = path[len(self.prefix) : -len("/invoke")]
-        agent_id = unquote(raw)
-        if not agent_id or "/" in raw or len(agent_id) > MAX_AGENT_ID_CHARS:
+        """The agent id between the prefix and ``/invoke`` (the ASGI path is
+        already percent-decoded: an id may hold ``/``)."""
+        agent_id = path[len(self.prefix) : -len("/invoke")]
+        if not agent_id or len(agent_id) > MAX_AGENT_ID_CHARS:
             raise NotFound(f"no agent at {path[:120]}")
         return agent_id
 
@@ -215,16 +233,14 @@ class InvokeSurface:
         headers: Mapping[str, str],
         declared: int | None,
         request_id: str,
-        receive: Receive,
+        reading: tuple[Receive, _Exchange],
         send: Send,
         who: dict[str, Any],
     ) -> None:
-        svc = self.service
         s = self.settings
+        receive, exchange = reading
         self._limit(self.callers, identity.agent_id, "invoke_caller", who, request_id, target_id)
-        described = svc.describe(
-            DescribeRequest(identity, request_id, target_id), required=AGENTS_INVOKE, method=INVOKE
-        )
+        described = self._describe(identity, request_id, target_id)
         manifest, caps = described["manifest"], described.get("capabilities") or {}
         cid = str(manifest.get("canonical_id", target_id))
         target = select_target(manifest, caps, s)
@@ -233,11 +249,12 @@ class InvokeSurface:
         _check_json_type(headers)
         if declared is not None and declared > s.max_body_bytes:
             raise BodyTooLarge(f"the body is {declared} bytes; the limit is {s.max_body_bytes}")
+        await check_address(target, s, timeouts.connect)
         body = await self._read_body(receive, s.max_body_bytes)
+        exchange.body_read = True
         if not body.strip():
             raise InvalidBody("the invocation body must be JSON (the agent's input)")
         jsonstrict.loads(body, max_bytes=s.max_body_bytes)  # 400 unless strict JSON
-        await check_address(target, s, timeouts.connect)
         request = self.client.build_request(
             "POST",
             target.url,
@@ -270,16 +287,12 @@ class InvokeSurface:
     ) -> None:
         """Relay the agent's answer chunk by chunk, bounded; stop when the
         caller goes away (an endless event stream must not outlive it); audit it."""
-        target, _, request_id, _, _ = relay
+        target, request_id = relay[0], relay[2]
         limit = self.settings.max_response_bytes
         outcome = "complete"
         size = 0
-        gone = asyncio.ensure_future(receive())  # the body is read: only a disconnect comes
         audited = False
-
-        def audit(outcome: str, size: int) -> None:
-            self._audit_invocation(response, relay, who, outcome, size)
-
+        gone = asyncio.ensure_future(receive())  # the body is read: only a disconnect comes
         try:
             length = response.headers.get("content-length", "")
             if length.isdigit() and int(length) > limit:
@@ -308,25 +321,26 @@ class InvokeSurface:
                 outcome = "upstream_timeout"
             except httpx.HTTPError:
                 outcome = "upstream_broken"
-            # Audited before the caller sees the end of the answer, so a
-            # completed invocation is always already in the audit log.
-            audited = True
-            audit(outcome, size)
+            await response.aclose()
+            # audited before the answer ends: a caller holding the whole answer
+            # finds its record in the log
+            audited = self._audit_invocation(response, relay, who, size, outcome)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             gone.cancel()
             await response.aclose()
             if not audited:
-                audit(outcome, size)
+                self._audit_invocation(response, relay, who, size, outcome)
 
     def _audit_invocation(
         self,
         response: httpx.Response,
         relay: tuple[Target, str, str, int, float],
         who: dict[str, Any],
-        outcome: str,
         size: int,
-    ) -> None:
+        outcome: str,
+    ) -> bool:
+        """One ``invocation`` record: who, what, how it went; never a body."""
         target, cid, request_id, bytes_in, began = relay
         self.service.audit.record(
             "invocation",
@@ -342,8 +356,25 @@ class InvokeSurface:
             duration_ms=round((self.monotonic() - began) * 1000.0, 1),
             outcome=outcome,
         )
+        return True
 
     # -- helpers -----------------------------------------------------------------------
+    def _describe(self, identity: Identity, request_id: str, target_id: str) -> dict[str, Any]:
+        """The core's DESCRIBE with ``agents:invoke``: ``target_id`` is a
+        canonical id or a name, else a profile id (as GET {profile}/agents/{id})."""
+
+        def describe(cid: str) -> dict[str, Any]:
+            req = DescribeRequest(identity, request_id, cid)
+            return self.service.describe(req, required=AGENTS_INVOKE, method=INVOKE)
+
+        try:
+            return describe(target_id)
+        except NotFound:
+            mapped = profile_canonical_id(target_id)
+            if mapped == target_id:
+                raise
+            return describe(mapped)
+
     def _limit(
         self,
         limiter: RateLimiter,
@@ -394,6 +425,29 @@ class InvokeSurface:
                 f"the request body did not arrive within {self.body_timeout:g} s"
             ) from None
 
+    async def _drain(self, scope: Scope, receive: Receive, exchange: _Exchange) -> bool:
+        """Before an HTTP/1.x refusal, read and drop an unread body of at
+        most DRAIN_LIMIT bytes; True when the connection must close instead."""
+        if exchange.body_read or not str(scope.get("http_version", "")).startswith("1"):
+            return False
+        for name, value in scope.get("headers", ())[:64]:
+            if name.lower() == b"content-length" and value.strip().isdigit():
+                if int(value) > DRAIN_LIMIT:
+                    return True  # not worth reading: the connection closes
+        size = 0
+        try:
+            async with asyncio.timeout(DRAIN_SECONDS):
+                while size <= DRAIN_LIMIT:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return True
+                    size += len(message.get("body", b""))
+                    if not message.get("more_body", False):
+                        return size > DRAIN_LIMIT
+        except TimeoutError:
+            return True
+        return True
+
     async def refuse(
         self,
         exc: Exception,
@@ -401,17 +455,22 @@ class InvokeSurface:
         request_id: str,
         who: dict[str, Any],
         target_id: str | None,
+        *,
+        close: bool = False,
     ) -> None:
-        """Answer (when the answer has not started) and audit one refusal."""
+        """Answer (when the answer has not started) and audit one refusal;
+        ``close``: tell an HTTP/1.x client the connection ends here."""
         if isinstance(exc, ClientGone):
             err_status, code = 499, "client_gone"
             error = None
         else:
-            if not isinstance(exc, AgtpError):
+            failure = exc if isinstance(exc, AgtpError) else None
+            if failure is None:
                 log.exception("unhandled error in the invocation gateway")
-                exc = ServerError("internal error; see the server log")
-            error = invoke_error(exc)
-            err_status, code = error.status, error.code
+                failure = ServerError("internal error; see the server log")
+            error = haidip_error(failure, request_id)
+            # audited with the core's code (upstream_timeout, not_invocable, ...)
+            err_status, code = error.status, str(failure.code)
         self.service.audit.record(
             "invocation_refused",
             method=INVOKE,
@@ -420,7 +479,7 @@ class InvokeSurface:
             target=target_id[:AUDITED_CHARS] if target_id else None,
             status=err_status,
             code=code,
-            reason=str(getattr(exc, "message", ""))[:AUDITED_CHARS],
+            reason=str(getattr(exc, "message", "client disconnected"))[:AUDITED_CHARS],
         )
         if error is None:
             return
@@ -432,6 +491,8 @@ class InvokeSurface:
             (b"content-length", str(len(data)).encode()),
             *((k.encode("latin-1"), v.encode("latin-1", "replace")) for k, v in error.headers),
         ]
+        if close:
+            out.append((b"connection", b"close"))
         try:
             await send({"type": "http.response.start", "status": error.status, "headers": out})
             await send({"type": "http.response.body", "body": data})

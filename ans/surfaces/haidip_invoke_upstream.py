@@ -17,7 +17,7 @@ CA bundle).
   towards the agent (Content-Type, Accept, Accept-Language, Accept-Encoding,
   the request id, the gateway's own credential; the caller's Authorization,
   Cookie and X-API-Key only with ``forward_credentials``), and the agent's
-  answer headers minus hop-by-hop ones, Content-Length and Set-Cookie.
+  answer headers minus hop-by-hop ones, Content-Length, Set-Cookie, Date and Server.
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ PASSED_HEADERS = ("content-type", "accept", "accept-language", "accept-encoding"
 # The agent's answer: at most this many headers of at most this many bytes each are relayed.
 MAX_RELAYED_HEADERS = 64
 MAX_RELAYED_HEADER_BYTES = 8 * 1024
-DROPPED_ANSWER_HEADERS = HOP_BY_HOP | {"set-cookie", "set-cookie2"}
+# The ASGI server writes its own Date; Server would name the agent's software.
+DROPPED_ANSWER_HEADERS = HOP_BY_HOP | {"set-cookie", "set-cookie2", "date", "server"}
 USER_AGENT = f"ans-invoke-gateway/{__version__}"
 
 

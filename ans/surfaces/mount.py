@@ -73,7 +73,9 @@ def mount(
     haidip = config.haidip
     if haidip.enabled and config.invoke.enabled:
         # Its upstream client closes with the lifespan.
-        invoke = InvokeSurface(service, gate, config.invoke, body_timeout=body_timeout)
+        invoke = InvokeSurface(
+            service, gate, config.invoke, base_path=haidip.base_path, body_timeout=body_timeout
+        )
         rest.append(invoke)
         background.append(invoke)
     if config.profile.enabled:

@@ -32,7 +32,7 @@ import ans.config as config_mod
 from ans.config import ConfigError, load
 from ans.config_env import show
 from ans.invoke_config import InvokeConfigError, InvokeSettings, invoke_from_table
-from ans.surfaces.haidip_invoke_errors import INVOKE_ERRORS, invoke_error
+from ans.surfaces.haidip_errors import haidip_error
 from ans.surfaces.haidip_invoke_upstream import (
     check_address,
     downstream_headers,
@@ -45,7 +45,7 @@ CID = "ab" * 32
 
 def test_defaults_are_the_safe_ones() -> None:
     s = InvokeSettings()
-    assert s.base_path == "/haidip/v1" and s.max_body_bytes == 1024 * 1024
+    assert s.enabled and s.max_body_bytes == 1024 * 1024
     assert not s.allow_http and not s.allow_private_targets and not s.forward_credentials
     assert s.timeouts(CID).connect == 5.0 and s.timeouts(CID).read == 30.0
 
@@ -82,7 +82,7 @@ def test_table_parses_overrides_and_paths(tmp_path: Path) -> None:
         ({"auth_header": "Bad Header", "auth_value": "v"}, "header name"),
         ({"auth_header": "X", "auth_value": "v", "auth_value_env": "E"}, "at most one"),
         ({"client_certfile": "c.pem"}, "go together"),
-        ({"base_path": "haidip"}, "base_path"),
+        ({"base_path": "/x"}, "unknown key 'base_path'"),  # [haidip] base_path rules
         ({"agents": {CID: {"timeout": 1}}}, "unknown key 'timeout'"),
     ],
 )
@@ -186,24 +186,22 @@ def test_headers_each_way() -> None:
 @pytest.mark.parametrize(
     ("exc", "status", "code"),
     [
-        (ScopeViolation("x"), 403, "forbidden"),
-        (ZoneViolation("x"), 403, "forbidden"),
-        (NotFound("x"), 404, "not_found"),
-        (BodyTooLarge("x"), 413, "payload_too_large"),
-        (Gone("x", code=ErrorCode.AGENT_RETIRED), 410, "agent_retired"),
-        (Unavailable("x", code=ErrorCode.AGENT_SUSPENDED), 503, "agent_suspended"),
-        (RateLimited("x", headers=(("retry-after", "3"),)), 429, "rate_limited"),
-        (UpstreamUnreachable("x"), 502, "upstream_unreachable"),
-        (UpstreamTimeout("x"), 504, "upstream_timeout"),
-        (NotInvocable("x"), 422, "not_invocable"),
-        (ServerError("x"), 503, "unavailable"),
+        (ScopeViolation("x"), 403, "Forbidden"),
+        (ZoneViolation("x"), 403, "Forbidden"),
+        (NotFound("x"), 404, "NotFound"),
+        (BodyTooLarge("x"), 413, "PayloadTooLarge"),
+        (Gone("x", code=ErrorCode.AGENT_RETIRED), 410, "Gone"),
+        (Unavailable("x", code=ErrorCode.AGENT_SUSPENDED), 503, "AgentSuspended"),
+        (RateLimited("x", headers=(("retry-after", "3"),)), 429, "RateLimited"),
+        (UpstreamUnreachable("x"), 502, "AgentError"),
+        (UpstreamTimeout("x"), 504, "AgentTimeout"),
+        (NotInvocable("x"), 502, "AgentError"),
+        (ServerError("x"), 503, "Unavailable"),
     ],
 )
-def test_error_mapping(exc: AgtpError, status: int, code: str) -> None:
-    err = invoke_error(exc)
-    assert (err.status, err.code) == (status, code)
-    assert (status, code) in INVOKE_ERRORS
-    assert set(err.body["error"]) == {"code", "message"}
+def test_gateway_failures_in_the_haidip_error_model(exc: AgtpError, status: int, code: str) -> None:
+    err = haidip_error(exc, "rid-1")
+    assert (err.status, err.body["error"]["code"]) == (status, code)
+    assert err.body["error"]["detail"] == str(exc.code)  # e.g. upstream_timeout, not_invocable
     if status == 429:
         assert err.headers == (("retry-after", "3"),)
-    assert len(invoke_error(NotFound("m" * 5000)).body["error"]["message"]) <= 300

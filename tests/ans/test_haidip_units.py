@@ -30,12 +30,11 @@ def test_defaults_and_the_invoke_table_is_skipped(tmp_path: Path) -> None:
     cfg = tmp_path / "ans.toml"
     cfg.write_text(
         "[haidip]\npublic_listing = true\nbase_path = '/agents-api/v2'\n"
-        "[haidip.invoke]\nread_timeout = 5.0\n"
+        "[haidip.invoke]\nread_timeout = 5.0  # the gateway parses this table\n"
     )
     loaded = load(cfg, environ={})
     settings = loaded.haidip
-    # The gateway parses its own table and lives under the surface's base path.
-    assert loaded.invoke.read_timeout == 5.0 and loaded.invoke.base_path == "/agents-api/v2"
+    assert loaded.invoke.read_timeout == 5.0
     assert settings.public_listing and settings.base_path == "/agents-api/v2"
     assert not settings.card_upload and settings.enabled
     env = {"ANS_HAIDIP__CARD_UPLOAD": "true", "ANS_HAIDIP__TRUST_TIER_MIN": "2"}

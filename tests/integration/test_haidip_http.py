@@ -416,10 +416,9 @@ def test_well_known_card_and_openapi(c: httpx.Client) -> None:
     doc = c.get(f"{BASE}/openapi.json").json()
     assert doc["openapi"].startswith("3.1")
     assert f"{BASE}/agents/{{id}}/invoke" in doc["paths"]
-    # invoke is the gateway's, not this surface's: a reader without agents:invoke is
-    # refused by the gateway with HAIDIP's error object
+    # invoke is the gateway's (ans/surfaces/haidip_invoke.py): READER lacks agents:invoke
     r = c.post(f"{BASE}/agents/translator-001/invoke", content=b"{}", headers=READER)
-    assert r.status_code in (403, 404) and set(r.json()["error"]) >= {"code", "message"}
+    assert r.status_code == 403 and r.json()["error"]["detail"] == "scope_violation"
 
 
 def search_pick_get(c: httpx.Client, keys: TrustedKeys) -> dict[str, Any]:
@@ -446,8 +445,8 @@ def test_seed_section_5_flow(c: httpx.Client) -> None:
     assert card["id"] == "doc-summarizer-en"
     assert card["endpoint"] == "https://summarize.example.org/v1/invoke"
     assert [op["name"] for op in card["operations"]] == ["summarize", "key_points"]
-    # step 3 (invoke through the gateway) is added once the invoke route is merged:
-    # r = c.post(f"{BASE}/agents/{card['id']}/invoke", json={...}, headers=INVOKER)
+    # step 3, invoke through the gateway, needs an agent that answers: see
+    # tests/integration/test_haidip_invoke.py::test_seed_section_5_flow_search_get_invoke
 
 
 @pytest.fixture(scope="module")
