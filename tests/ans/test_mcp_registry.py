@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -373,3 +374,44 @@ def test_an_unadmissible_agent_is_refused_before_its_key_is_pinned(make_world: A
     assert status == 400 and body["error"]["code"] == "ErrMalformedPayload", body
     assert w.registry.trust.get(agent["agent_id"]) is None
     assert w.call("GET", f"{BASE}/agents")[2]["agents"] == []
+
+
+def _client_cert(uri: str) -> str:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "orchestrator")])
+    now = datetime(2026, 11, 21, tzinfo=UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now - timedelta(days=1))
+        .not_valid_after(now + timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.UniformResourceIdentifier(uri)]), critical=False
+        )
+        .sign(key, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.PEM).decode()
+
+
+def test_mtls_mode_binds_the_caller_to_its_client_certificate(make_world: Any) -> None:
+    from tests.ans.test_mcp_support import ORCH
+
+    w = make_world(mode="mtls")
+    key = AgentKey()
+    msg = announce(key, agent_object(key))
+    status, body = w.post(msg)  # no client certificate
+    assert status == 401 and body["error"]["detail"] == "client_certificate_required", body
+    status, body = w.post(msg, tls_chain=[_client_cert("agtp://o.example/agents/other")])
+    assert status == 401 and body["error"]["detail"] == "certificate_identity_mismatch"
+    status, body = w.post(msg, tls_chain=[_client_cert(ORCH)])
+    assert status == 200, body
+    failed = [r for r in w.audit() if r["event"] == "authentication_failed"]
+    assert [r["auth_mode"] for r in failed] == ["mtls", "mtls"]
