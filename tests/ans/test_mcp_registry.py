@@ -83,6 +83,22 @@ def test_identical_announcements_are_coalesced(make_world: Any) -> None:
     assert body["registry"]["last_seen"] == "2026-11-21T12:00:10.000Z"
 
 
+def test_a_changed_announcement_from_the_pinned_key_is_applied(make_world: Any) -> None:
+    w = make_world()
+    key = AgentKey()
+    agent = agent_object(key)
+    assert w.post(announce(key, agent))[0] == 200
+    head = w.svc.store.max_seq()
+    changed = {**agent, "capabilities": {"metrics": "3.0"}}
+    status, body = w.post(announce(key, changed))
+    assert status == 200 and body["outcome"] == "updated", body
+    assert [c.canonical_id for c in w.svc.store.changes_since(head)] == [
+        "urn:uuid:" + agent["agent_id"]
+    ]
+    _, _, got = w.call("GET", f"{BASE}/agents/{agent['agent_id']}")
+    assert got["agent"]["capabilities"] == {"metrics": "3.0"}
+
+
 @pytest.mark.parametrize(("kind", "raw"), [("ec", False), ("ec", True), ("rsa", False)])
 def test_signatures_verify(make_world: Any, kind: str, raw: bool) -> None:
     w = make_world()
