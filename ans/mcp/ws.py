@@ -45,6 +45,7 @@ from ans.protocol.errors import (
     InvalidBody,
     NotFound,
     ServerError,
+    Unavailable,
 )
 from ans.protocol.mcp_messages import MAX_MESSAGE_BYTES
 from ans.protocol.messages import encode_error
@@ -350,8 +351,8 @@ class Session:
                 str(agent_id) if isinstance(agent_id, str) else None,
                 on_drop=self.dropped,
             )
-        except RuntimeError as exc:
-            raise BadRequest(str(exc)) from None
+        except RuntimeError as exc:  # this process's subscriptions are at their bound
+            raise Unavailable(str(exc), headers=(("retry-after", "30"),)) from None
         try:
             reply = await self.surface.backend.query(frame.message, self.caller)
         except BaseException:

@@ -126,6 +126,9 @@ def test_the_subscription_filter_and_read_only_scope(server: RunningServer) -> N
         assert ask(writer, wf.ANNOUNCE, announce(key, wanted))["status"] == 200
         (ev,) = events(reader, 1)
         assert ev["agent"]["agent_id"] == wanted["agent_id"]  # the other one was filtered out
+        # at most 8 subscriptions on one connection
+        q = {"protocol_version": "v1.0", "query": {"capability": "*"}, "subscribe": True}
+        assert [ask(reader, wf.QUERY, q)["status"] for _ in range(8)] == [200] * 7 + [400]
     with open_ws(server.url, scope="discover:write") as writer:
         q = ask(writer, wf.QUERY, {"protocol_version": "v1.0", "query": {"capability": "x"}})
         assert q["status"] == 403  # querying needs discover:read
