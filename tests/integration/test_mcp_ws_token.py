@@ -76,10 +76,11 @@ def test_bearer_tokens_on_the_websocket(tmp_path: Path) -> None:
             (ev,) = events(reader, 1)
             assert ev["event"] == "new" and ev["agent"] == agent
         # a token that expires during the session: the next frame is 401, then 1008
-        with ws(mint(issuer, "discover:read", exp_in=5)) as short:
+        expires = time.time() + 8
+        with ws(mint(issuer, "discover:read", exp_in=8)) as short:
             q = {"protocol_version": "v1.0", "query": {"capability": "tok-cap"}}
             assert ask(short, wf.QUERY, q)["status"] == 200
-            time.sleep(6)
+            time.sleep(max(0.0, expires - time.time()) + 1.5)
             assert ask(short, wf.QUERY, q)["status"] == 401
             with pytest.raises(ConnectionClosed) as closed:
                 short.recv(timeout=10)
