@@ -3,11 +3,12 @@
 Routes an AGTP method (``DISCOVER``, ``DESCRIBE``, ``ACTIVATE``,
 ``LIFECYCLE``; as ``:method DISCOVER`` on any path, or ``POST /agtp``
 with ``AGTP-Method``) to :class:`AnsService`, plus ``GET
-/.well-known/jwks.json`` and ``GET /healthz``; requests under the profile's
-base path (``/discovery/v1`` by default) go to its JSON binding
-(:mod:`ans.surfaces.profile`). Background tasks (the
-freshness scheduler) start and stop with the ASGI lifespan. Every failure becomes a typed
-AGTP error body; unexpected exceptions become a 500 with no traceback on the
+/.well-known/jwks.json`` and ``GET /healthz``; requests under a REST
+surface's base path (the profile's JSON binding, HAIDIP, the MCP registry;
+:mod:`ans.surfaces.mount`) and the MCP registry's WebSocket go to that
+surface. Background tasks (the freshness scheduler, the surfaces' own)
+start and stop with the ASGI lifespan. Every failure becomes a typed AGTP
+error body; unexpected exceptions become a 500 with no traceback on the
 wire (the traceback goes to the operational log).
 """
 
@@ -17,7 +18,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 import structlog
@@ -56,17 +57,13 @@ from ans.protocol.newer import name_parameter
 from ans.protocol.status import AGTP_SPECIFIC
 
 from .gate import REFUSED_AFTER_PARSING, Credentials, RequestGate
-from .mcp.registry import McpRegistry
-from .mcp.surface import McpSurface
-from .mcp.sweeper import McpSweeper
-from .mcp.ws import WsSurface, refuse_upgrade
-from .mcp.ws_backend import build_ws
+from .mcp.ws import refuse_upgrade
 from .metrics import CONTENT_TYPE_LATEST, Metrics, surface_of
 from .newer_surface import NewerSurface
 from .refusals import SIGNED_METHODS, refusal_object, sign_refusal
 from .request_log import NOTE, RequestLog, RequestLogSettings, note
 from .service import AnsService
-from .surfaces.profile import ProfileSurface
+from .surfaces.mount import Background, mount
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -95,13 +92,6 @@ class Answer:
     own_headers: bool = False
 
 
-class Background(Protocol):
-    """A task that runs for the server's lifetime (e.g. the freshness scheduler)."""
-
-    async def start(self) -> None: ...
-    async def stop(self) -> None: ...
-
-
 class AnsApp:
     def __init__(
         self,
@@ -128,23 +118,12 @@ class AnsApp:
         self.server_agent_id = service.config.agent_id
         self._jwks_body = orjson.dumps(service.jwks())
         self.newer = NewerSurface(service, self.gate)
-        # The efficient-discovery profile's JSON binding ([profile]), same gate.
-        settings = service.config.profile
-        self.profile = (
-            ProfileSurface(service, self.gate, settings, self._read_body, cpu_clock)
-            if settings.enabled
-            else None
-        )
-        # The MCP-orchestrator registry ([mcp], off by default), same gate.
-        self.mcp: McpSurface | None = None
-        # ... and its WebSocket, whose subscriptions follow the store's change feed.
-        self.mcp_ws: WsSurface | None = None
-        if service.config.mcp.enabled:
-            registry = McpRegistry(service, service.config.mcp)
-            self.mcp = McpSurface(registry, self.gate, self._read_body, cpu_clock)
-            self.background = (*self.background, McpSweeper(registry))
-            self.mcp_ws, hub = build_ws(registry, self.gate)
-            self.background = (*self.background, hub)
+        # The REST and WebSocket surfaces beside AGTP, over the same service and gate.
+        mounted = mount(service, self.gate, self._read_body, cpu_clock, body_timeout)
+        self.surfaces = mounted.rest
+        self.mcp = mounted.mcp
+        self.mcp_ws = mounted.mcp_ws
+        self.background = (*self.background, *mounted.background)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -188,20 +167,11 @@ class AnsApp:
     async def _http_request(
         self, scope: Scope, receive: Receive, send: Send, address: str | None
     ) -> None:
-        if (
-            self.profile is not None
-            and scope["method"] in HTTP_METHODS  # `:method DISCOVER` stays AGTP on any path
-            and self.profile.owns(scope["path"])
-        ):
-            await self.profile.handle(scope, receive, send)
-            return
-        if (
-            self.mcp is not None
-            and scope["method"] in HTTP_METHODS
-            and self.mcp.owns(scope["path"])
-        ):
-            await self.mcp.handle(scope, receive, send)
-            return
+        if scope["method"] in HTTP_METHODS:  # `:method DISCOVER` stays AGTP on any path
+            for surface in self.surfaces:
+                if surface.owns(scope["path"]):
+                    await surface.handle(scope, receive, send)
+                    return
         task_id: str | None = None
         method: str | None = None
         try:

@@ -22,11 +22,14 @@ from ans.federation.peers import (
     check_peers,
     federation_from_table,
 )
+from ans.governance.apikeys import ApiKey, ConfigProblem, parse_api_keys
 from ans.governance.ratelimit import RateLimitSettings, parse_networks
 
 from .ann import AnnSettings
 from .config_env import PREFIX, EnvError, env_table, merge, strip_origins
 from .freshness_policy import FreshnessConfigError, FreshnessSettings, freshness_from_table
+from .haidip_config import HaidipConfigError, HaidipSettings, haidip_from_table
+from .invoke_config import InvokeConfigError, InvokeSettings, invoke_from_table
 from .mcp.config import McpConfigError, McpSettings, mcp_from_table
 from .relevance import GATES, RelevanceGate
 
@@ -129,6 +132,9 @@ class Config:
     # mtls mode: SubjectAltName URIs of peer ANS servers trusted to forward a
     # DISCOVER (AGTP-Federation-Path set) on behalf of the caller they name.
     auth_forwarders: tuple[str, ...] = ()
+    # [[auth.api_keys]]: hashed API keys, each mapped to a principal and scopes
+    # (ans.governance.apikeys); accepted in every auth mode.
+    auth_api_keys: tuple[ApiKey, ...] = ()
     # [rate_limit] per Agent-ID and per client address
     rate_limit: RateLimitSettings = field(default_factory=RateLimitSettings)
     # [index] exact below exact_max agents, FAISS IVF-SQ8 candidates above
@@ -168,6 +174,10 @@ class Config:
     peers: tuple[Peer, ...] = ()
     # [freshness]: refresh scheduler, availability polling, governance webhook
     freshness: FreshnessSettings = field(default_factory=FreshnessSettings)
+    # [haidip]: the HAIDIP REST surface (ans.haidip_config)
+    haidip: HaidipSettings = field(default_factory=HaidipSettings)
+    # [haidip.invoke]: the HAIDIP invocation gateway (ans.invoke_config)
+    invoke: InvokeSettings = field(default_factory=InvokeSettings)
     # [mcp]: the MCP-orchestrator registry (seed 002), off by default
     mcp: McpSettings = field(default_factory=McpSettings)
     # [logging]
@@ -393,13 +403,22 @@ _SECTIONS = {
         "log_intents",
     },
     "metrics": {"enabled"},
-    "auth": {"mode", "token_issuer", "token_audience", "token_jwks", "token_leeway", "forwarders"},
+    "auth": {
+        "mode",
+        "token_issuer",
+        "token_audience",
+        "token_jwks",
+        "token_leeway",
+        "forwarders",
+        "api_keys",
+    },
 }
 # TOML keys whose Config field has another name.
 _RENAMED: dict[tuple[str, str], str] = {
     ("auth", "mode"): "auth_mode",
     ("profile", "redact"): "profile_redact",
     ("auth", "forwarders"): "auth_forwarders",
+    ("auth", "api_keys"): "auth_api_keys",
     ("profile", "enabled"): "profile_enabled",
     ("profile", "base_path"): "profile_base_path",
     ("profile", "self_registration"): "profile_self_registration",
@@ -429,6 +448,11 @@ def _coerce(name: str, value: Any, base: Path) -> Any:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError("[profile] redact must be a list of field paths")
         return tuple(value)
+    if name == "auth_api_keys":
+        try:
+            return parse_api_keys(value)
+        except ConfigProblem as exc:
+            raise ConfigError(str(exc)) from None
     if name == "auth_forwarders":
         if not isinstance(value, list):
             raise ConfigError("[auth] forwarders must be a list of URIs")
@@ -450,10 +474,12 @@ RENAMED = _RENAMED
 TABLES = {
     "federation": "federation",
     "freshness": "freshness",
+    "haidip": "haidip",
     "mcp": "mcp",
     "rate_limit": "rate_limit",
     "index": "index",
     "ranking": "ranking",
+    "haidip.invoke": "invoke",
 }
 
 
@@ -498,6 +524,18 @@ def load_with_origin(
                 try:
                     values["freshness"] = freshness_from_table(body)
                 except FreshnessConfigError as exc:
+                    raise ConfigError(str(exc)) from None
+                continue
+            if section == "haidip":
+                try:
+                    values["haidip"] = haidip_from_table(body)
+                    # [haidip.invoke] is the gateway's (haidip_from_table skips it).
+                    invoke = body.get("invoke", {}) if isinstance(body, dict) else {}
+                    # The gateway lives under the surface's base path.
+                    values["invoke"] = replace(
+                        invoke_from_table(invoke, file_base), base_path=values["haidip"].base_path
+                    )
+                except (HaidipConfigError, InvokeConfigError) as exc:
                     raise ConfigError(str(exc)) from None
                 continue
             if section == "mcp":
@@ -624,6 +662,8 @@ def _check_type(key: str, value: Any, default: Any) -> None:
         ok = isinstance(value, Path)
     elif key == "peers":
         ok = isinstance(value, tuple) and all(isinstance(v, Peer) for v in value)
+    elif key == "auth_api_keys":
+        ok = isinstance(value, tuple) and all(isinstance(v, ApiKey) for v in value)
     elif isinstance(default, bool):
         ok = isinstance(value, bool)
     elif isinstance(default, float):

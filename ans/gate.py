@@ -17,6 +17,13 @@ token mode: scope = header scope ∩ token scope, plus the verified token for
 federation), so every later check uses it. In mtls mode, a DISCOVER on a
 federation path may come from a trusted forwarding ANS (``[auth] forwarders``)
 speaking for the caller it names; that is audited as ``authentication_forwarded``.
+
+In every mode a request may instead carry an API key (``X-API-Key`` or
+``Authorization: ApiKey <key>``, ``[[auth.api_keys]]``,
+:mod:`ans.governance.apikeys`): it is checked instead of the mode's
+credential, binds the Principal-ID (and the Agent-ID when the key names one)
+and narrows the scope to the key's; a refused key is ``authentication_failed``
+with ``credential: "api_key"``. The key itself is never logged.
 """
 
 from __future__ import annotations
@@ -24,11 +31,12 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import structlog
 
+from ans.governance.apikeys import ApiKeys, presented_key
 from ans.governance.audit import AuditLog
 from ans.governance.auth import (
     Authenticated,
@@ -46,6 +54,7 @@ from .service import Clock
 
 log = structlog.get_logger("ans.gate")
 ZONE_HEADER = "agtp-zone-id"
+API_KEY_HEADER = "x-api-key"
 # A body's share of the per-address charge: parsing it costs in proportion to
 # its size (a 256 KiB body of nested lists ~15 ms, a small DISCOVER ~0.05 ms).
 ADDRESS_BYTES_PER_TOKEN = 16 * 1024
@@ -73,6 +82,8 @@ class Credentials:
     zone_header: str | None = None
     client_cert_chain: tuple[str, ...] = ()  # PEM, leaf first (ASGI TLS extension)
     client_address: str | None = None  # the transport's peer host (ASGI scope["client"][0])
+    # An API key (X-API-Key, or Authorization: ApiKey <key>); never logged.
+    api_key: str | None = field(default=None, repr=False)
 
     @classmethod
     def from_request(
@@ -87,7 +98,9 @@ class Credentials:
         if isinstance(tls, dict):
             certs = tls.get("client_cert_chain") or ()
             chain = tuple(c for c in certs if isinstance(c, str))
-        return cls(headers.get("authorization"), headers.get(ZONE_HEADER), chain, client_address)
+        authorization = headers.get("authorization")
+        key = presented_key(authorization, headers.get(API_KEY_HEADER))
+        return cls(authorization, headers.get(ZONE_HEADER), chain, client_address, key)
 
     def zone(self) -> str | None:
         """The AGTP-Zone-ID header, validated (400 when malformed)."""
@@ -119,6 +132,7 @@ class RequestGate:
         self.policy = TokenPolicy(config.token_issuer, config.audience, config.token_leeway)
         self.clock = clock
         self.forwarders = frozenset(config.auth_forwarders)
+        self.api_keys = ApiKeys(config.auth_api_keys)
         self.limiter = RateLimiter(config.rate_limit, monotonic)
         self.address_limiter = RateLimiter(
             config.rate_limit.per_address(), monotonic, key_field="client_address"
@@ -236,6 +250,10 @@ class RequestGate:
         if self.mode == "token":
             creds.zone()  # a malformed AGTP-Zone-ID is a 400, before the 401 checks
         try:
+            if creds.api_key is not None:
+                # An API key authenticates in every mode, instead of the mode's credential.
+                effective, _ = self.api_keys.authenticate(identity, creds.api_key)
+                return Authenticated(effective)
             if self.mode == "token":
                 assert self.token_keys is not None and self.clock is not None
                 return authenticate_token(
@@ -269,9 +287,32 @@ class RequestGate:
                 code=exc.code,
                 reason=exc.message,
                 zone_header=creds.zone_header[:128] if creds.zone_header else None,
+                credential="api_key" if creds.api_key is not None else self.mode,
             )
             raise
         return Authenticated(identity)
+
+    def identity_from_key(self, method: str, creds: Credentials, task_id: str | None) -> Identity:
+        """The identity an API key speaks for, for a request that sent no
+        identity headers (a HAIDIP caller); a refused key is audited as
+        ``authentication_failed`` (401)."""
+        assert creds.api_key is not None
+        try:
+            return self.api_keys.identity_of(creds.api_key)
+        except AgtpError as exc:
+            self.audit.record(
+                "authentication_failed",
+                status=exc.status,
+                code=exc.code,
+                reason=exc.message,
+                credential="api_key",
+                auth_mode=self.mode,
+                method=method,
+                agent_id=None,
+                principal_id=None,
+                task_id=task_id,
+            )
+            raise
 
     def _audit_auth(
         self, event: str, method: str, identity: Identity, task_id: str | None, **fields: Any

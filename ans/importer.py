@@ -43,6 +43,7 @@ from ans.protocol.errors import (
     MalformedJson,
     UnknownSigningKey,
 )
+from ans.protocol.haidip_cards import with_card
 from ans.protocol.jsonstrict import loads as strict_loads
 from ans.protocol.messages import Identity
 from ans.protocol.scope import parse_authority_scope
@@ -87,6 +88,9 @@ def verify_line(data: bytes, keys: TrustedKeys, max_bytes: int) -> tuple[Any, ..
         if not isinstance(metadata, dict):
             raise InvalidParameter("capabilities", "metadata must be an agent metadata object")
         caps = {**metadata, **caps}
+    card = params.get("agent_card")  # a HAIDIP or A2A card, as ACTIVATE takes it
+    if card is not None:
+        caps = with_card(caps, card)
     validate_capabilities(caps)
     verified = verify_manifest(manifest, keys)
     return verified.manifest, caps, verified.signer_kid

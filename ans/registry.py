@@ -237,6 +237,11 @@ class Registry(Mapping[str, AgentEntry]):
         slots = np.nonzero((self._org[:n] == code) & self._valid[:n])[0]
         return [cid for s in slots if (cid := self._ids[int(s)]) is not None]
 
+    def ids_at(self, slots: Iterable[int]) -> list[str]:
+        """The canonical ids at these slots (a listing's page: no entries built)."""
+        ids = self._ids
+        return [cid for s in slots if (cid := ids[int(s)]) is not None]
+
     def signer_kids(self) -> list[str]:
         """The governance key ids that signed the indexed agents, sorted."""
         n = len(self._ids)

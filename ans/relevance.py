@@ -101,26 +101,60 @@ def _relative(values: Floats, best: float | None = None) -> list[Floats]:
     return [values, best - values, ratio]
 
 
-def part_features(fused: Floats) -> Floats:
-    """(n, 4): intercept, fused score, margin to the best, ratio to the best."""
-    return np.stack([np.ones_like(fused), *_relative(fused)], axis=1)
+def part_features(fused: Floats, best: float | None = None) -> Floats:
+    """(n, 4): intercept, fused score, margin to the best, ratio to the best
+    (``best``: of every candidate, when ``fused`` holds some of them)."""
+    return np.stack([np.ones_like(fused), *_relative(fused, best)], axis=1)
 
 
-def whole_components(whole: Pass, n: int) -> list[Floats]:
-    """The components the whole-intent model reads (an absent one is 0)."""
+def whole_components(
+    whole: Pass, n: int, rows: npt.NDArray[np.intp] | None = None
+) -> list[Floats]:
+    """The components the whole-intent model reads (an absent one is 0), of
+    every candidate or of those at ``rows``."""
     from .index.scoring import example_value
 
+    size = n if rows is None else len(rows)
     if whole.ctx is None or whole.cap is None or whole.lexical is None:
-        return [np.zeros(n) for _ in MODEL_COMPONENTS]
-    example = np.zeros(n)
-    if whole.ex is not None and whole.has_ex is not None:
-        example = np.where(whole.has_ex, example_value(whole.ex), 0.0).astype(np.float64)
+        return [np.zeros(size) for _ in MODEL_COMPONENTS]
+    ctx, cap, lexical, ex, has_ex = whole.ctx, whole.cap, whole.lexical, whole.ex, whole.has_ex
+    if rows is not None:
+        ctx, cap, lexical = ctx[rows], cap[rows], lexical[rows]
+        if ex is not None and has_ex is not None:
+            ex, has_ex = ex[rows], has_ex[rows]
+    example = np.zeros(size)
+    if ex is not None and has_ex is not None:
+        example = np.where(has_ex, example_value(ex), 0.0).astype(np.float64)
     return [
-        np.clip(whole.ctx, 0.0, 1.0).astype(np.float64),
-        np.clip(whole.cap, 0.0, 1.0).astype(np.float64),
-        whole.lexical.astype(np.float64),
+        np.clip(ctx, 0.0, 1.0).astype(np.float64),
+        np.clip(cap, 0.0, 1.0).astype(np.float64),
+        lexical.astype(np.float64),
         example,
     ]
+
+
+def whole_maxima(final: Floats, whole: Pass) -> Floats:
+    """:func:`maxima` of ``final`` and :func:`whole_components` without building
+    the components: each is a non-decreasing function of its input (a clip, a
+    cast, the example floor and cap), so its best is the function of the best."""
+    from .index.scoring import example_value
+
+    n = len(final)
+    if n == 0 or whole.ctx is None or whole.cap is None or whole.lexical is None:
+        return maxima(final, whole_components(whole, n))
+    example = 0.0
+    if whole.ex is not None and whole.has_ex is not None and whole.has_ex.any():
+        held = whole.ex if whole.has_ex.all() else whole.ex[whole.has_ex]
+        example = float(example_value(np.array([held.max()], dtype=whole.ex.dtype))[0])
+    return np.array(
+        [
+            float(final.max()),
+            float(np.clip(whole.ctx.max(), 0.0, 1.0)),
+            float(np.clip(whole.cap.max(), 0.0, 1.0)),
+            float(whole.lexical.max()),
+            example,
+        ]
+    )
 
 
 def maxima(final: Floats, components: list[Floats]) -> Floats:
@@ -143,6 +177,32 @@ def _sigmoid(x: Floats) -> Floats:
     return out
 
 
+def _linear(
+    coef: npt.NDArray[np.float64],
+    value: Floats,
+    best: float,
+    components: list[Floats],
+    tops: list[float],
+) -> Floats:
+    """The logit ``features @ coef`` of :func:`whole_features` (``components``
+    given) or :func:`part_features` (none), folded per row into one linear form:
+    ``c0 + c1 v + c2 (b - v) + c3 v / b + sum(a_j x_j + d_j (t_j - x_j))`` is
+    ``C + K v + sum((a_j - d_j) x_j)``. No (n, 12) matrix is built, and a row's
+    logit depends on its own values and the maxima only (a BLAS matrix-vector
+    product rounds a row by where it falls in its blocks), so the candidates
+    past the floor are scored alone, each to within ~1e-16 of the matrix form."""
+    c = coef.tolist()
+    const = c[0] + c[2] * best
+    slope = c[1] - c[2] + (c[3] / best if best > 0 else 0.0)
+    z: Floats = value * slope
+    for j, (x, t) in enumerate(zip(components, tops, strict=True)):
+        a, d = c[4 + 2 * j], c[5 + 2 * j]
+        const += d * t
+        z += (a - d) * x
+    z += const
+    return z
+
+
 def calibrate(
     model: RelevanceModel,
     final: Floats,
@@ -150,21 +210,32 @@ def calibrate(
     parts: list[Any],
     part_weight: float,
     best: Floats | None = None,
+    rows: npt.NDArray[np.intp] | None = None,
 ) -> Floats:
     """capability_match_score of every candidate (unrounded, in [0, 1]).
     ``best``: the maxima to measure margins against (:func:`maxima`), when the
-    candidates are not the whole query (one agent scored on its own)."""
+    candidates are not the whole query (one agent scored on its own).
+    ``rows``: only these candidates' scores (in that order); margins are still
+    measured to the best of every candidate, so each is what it is in the
+    whole array."""
     n = len(final)
     if n == 0:
         return np.zeros(0)
-    x = whole_features(final, whole_components(whole, n), best)
-    p = _sigmoid(x @ np.asarray(model.whole))
+    if best is None:
+        best = whole_maxima(final, whole)
+    components = whole_components(whole, n, rows)
+    if rows is not None:
+        final = final[rows]
+    top = best.tolist()
+    p = _sigmoid(_linear(np.asarray(model.whole), final, top[0], components, top[1:]))
     if part_weight > 0:
         coef = np.asarray(model.part)
         for part in parts:
             fused = np.asarray(part.fused, dtype=np.float64)
             if fused.any():
-                p = np.maximum(p, part_weight * _sigmoid(part_features(fused) @ coef))
+                peak = float(fused.max())
+                mine = fused if rows is None else fused[rows]
+                p = np.maximum(p, part_weight * _sigmoid(_linear(coef, mine, peak, [], [])))
     out: Floats = np.where(final > 0, p, 0.0)
     return out
 
@@ -196,11 +267,18 @@ class RelevanceGate:
     model: RelevanceModel = FITTED
 
     def scores(
-        self, final: Floats, whole: Pass, parts: list[Any], best: Floats | None = None
+        self,
+        final: Floats,
+        whole: Pass,
+        parts: list[Any],
+        best: Floats | None = None,
+        rows: npt.NDArray[np.intp] | None = None,
     ) -> Floats:
-        """capability_match_score of every candidate under this gate (unrounded)."""
-        p = calibrate(self.model, final, whole, parts, self.part_weight, best)
-        out: Floats = np.where(final >= self.strong_match, np.maximum(p, self.min_relevance), p)
+        """capability_match_score of every candidate under this gate (unrounded);
+        of the candidates at ``rows`` only, when given (:func:`calibrate`)."""
+        p = calibrate(self.model, final, whole, parts, self.part_weight, best, rows)
+        mine = final if rows is None else final[rows]
+        out: Floats = np.where(mine >= self.strong_match, np.maximum(p, self.min_relevance), p)
         return out
 
     def admits(self, capability_match_score: float) -> bool:

@@ -25,7 +25,7 @@ from typing import Any, Generic, TypeVar, cast, overload
 from ans.federation.federator import Federator
 from ans.governance.audit import AuditLog
 from ans.governance.keys import SigningKey
-from ans.governance.policy import ZonePolicy
+from ans.governance.policy import DISCOVERY_QUERY, ZonePolicy
 from ans.governance.signing import KeyLookup
 from ans.protocol.errors import AgtpError
 from ans.protocol.messages import (
@@ -37,6 +37,7 @@ from ans.protocol.messages import (
     Limits,
 )
 from ans.protocol.newer import AgentRef
+from ans.protocol.scope import ScopeToken
 
 from .config import Config
 from .core.context import Clock, CoreContext, new_query_id, utc_now
@@ -214,9 +215,15 @@ class AnsService:
     def lifecycle(self, req: LifecycleRequest) -> dict[str, Any]:
         return self.lifecycle_events.apply(req)
 
-    def describe(self, req: DescribeRequest) -> dict[str, Any]:
+    def describe(
+        self,
+        req: DescribeRequest,
+        *,
+        required: ScopeToken = DISCOVERY_QUERY,
+        method: str = "DESCRIBE",
+    ) -> dict[str, Any]:
         self.index.catch_up()
-        return self.describer.describe(req)
+        return self.describer.describe(req, required=required, method=method)
 
     @property
     def manifest(self) -> dict[str, Any]:

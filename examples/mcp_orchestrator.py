@@ -31,7 +31,6 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = "/mcp/v1"
-NEXT = " " * 23 + "-> "
 CONFIG = """[rate_limit]
 enabled = false
 [mcp]
@@ -110,10 +109,10 @@ def announce(http: httpx.Client, agent: Agent) -> dict[str, Any]:
 
 
 def names(responses: list[dict[str, Any]]) -> str:
+    """Agent names, each with how it matched a query (by name or by relevance)."""
     return (
         ", ".join(
-            f"{r['agent']['agent_name']} ({r.get('match', 'listed')}, tier "
-            f"{r['registry']['trust_tier']}, governed {str(r['registry']['governed']).lower()})"
+            r["agent"]["agent_name"] + (f" ({r['match']})" if "match" in r else "")
             for r in responses
         )
         or "(none)"
@@ -124,30 +123,30 @@ def run(url: str) -> int:
     agents = [Agent(*a) for a in AGENTS]
     with httpx.Client(base_url=url, timeout=10.0) as http:
         ttl = 0.0
+        outcomes = set()
         for a in agents:
             body = announce(http, a)
             reg = body["registry"]
             ttl = (
                 datetime.fromisoformat(reg["expires_at"]) - datetime.fromisoformat(reg["last_seen"])
             ).total_seconds()
-            print(
-                f"announce {a.agent['agent_name']:<16} -> {body['outcome']}, "
-                f"tier {reg['trust_tier']}, governed {str(reg['governed']).lower()}"
-            )
+            governed = "governed" if reg["governed"] else "not governed"
+            outcomes.add(f"{body['outcome']} (tier {reg['trust_tier']}, {governed})")
+        print(f"announce all three       -> {', '.join(sorted(outcomes))}")
         read = headers("discover:read", "orchestrator")
         q = {"protocol_version": "v1.0", "query": {"capability": "metrics"}}
         r = http.post(f"{BASE}/query", json=q, headers=read)
-        print(f"query 'metrics'        -> {names(r.json()['responses'])}")
+        print(f"query metrics            -> {names(r.json()['responses'])}")
         q = {
             "protocol_version": "v1.0",
             "query": {"capability": "translate a contract into German"},
         }
         r = http.post(f"{BASE}/query", json=q, headers=read)
-        print("query 'translate a contract into German'\n" + NEXT + names(r.json()["responses"]))
+        print(f"query 'translate a contract into German' -> {names(r.json()['responses'])}")
         r = http.get(
             f"{BASE}/agents", params={"capability": "metrics", "version": "2"}, headers=read
         )
-        print(f"list metrics version 2 -> {names(r.json()['agents'])}")
+        print(f"list metrics version 2   -> {names(r.json()['agents'])}")
         # metrics-sidecar stops announcing; the others keep their heartbeat.
         deadline = time.monotonic() + ttl + 2.0
         while time.monotonic() < deadline:
@@ -155,13 +154,11 @@ def run(url: str) -> int:
                 announce(http, a)
             time.sleep(min(1.0, ttl / 3))
         r = http.get(f"{BASE}/agents", headers=read)
-        print(
-            f"list after {ttl:g} s of silence from metrics-sidecar\n"
-            + NEXT
-            + names(r.json()["agents"])
-        )
         gone = http.get(f"{BASE}/agents/{AGENTS[2][0]}", headers=read)
-        print(f"GET metrics-sidecar    -> {gone.status_code} {gone.json()['error']['code']}")
+        print(
+            f"{f'list {ttl:g} s later':<24} -> {names(r.json()['agents'])} "
+            f"(metrics-sidecar went silent: {gone.status_code} {gone.json()['error']['code']})"
+        )
     return 0
 
 

@@ -25,6 +25,7 @@ from .audit import AuditLog
 
 DISCOVERY_QUERY = parse_token("discovery:query")
 DISCOVERY_REGISTER = parse_token("discovery:register")
+AGENTS_INVOKE = parse_token("agents:invoke")  # the HAIDIP invocation gateway
 # DESIGN.md: absent trust_tier_min admits tiers 1-2; tier 3 only when asked for.
 DEFAULT_MAX_TIER = 2
 

@@ -99,6 +99,8 @@ class ErrorCode(StrEnum):
     TOKEN_INVALID_CLAIM = "token_invalid_claim"
     CLIENT_CERTIFICATE_REQUIRED = "client_certificate_required"
     CERTIFICATE_IDENTITY_MISMATCH = "certificate_identity_mismatch"
+    API_KEY_INVALID = "api_key_invalid"  # [auth] api_keys: no configured key has this hash
+    API_KEY_IDENTITY_MISMATCH = "api_key_identity_mismatch"  # headers name another principal
 
     # 404 / 408 / 409 / 410 -----------------------------------------------------
     NOT_IN_ALLOW_LIST = "not_in_allow_list"  # 403: MCP announce of an agent_id not allow-listed
@@ -151,6 +153,7 @@ class ErrorCode(StrEnum):
     INVALID_CAPABILITIES = "invalid_capabilities"
     INVALID_EVENT = "invalid_event"  # the lifecycle event document is malformed
     LIFECYCLE_NOT_ACTIVE = "lifecycle_not_active"
+    NOT_INVOCABLE = "not_invocable"  # HAIDIP invoke: no HTTP(S) endpoint the gateway may call
 
     # 429 / 451 / 453 / 5xx -----------------------------------------------------
     RATE_LIMITED = "rate_limited"
@@ -159,6 +162,10 @@ class ErrorCode(StrEnum):
     INTERNAL_ERROR = "internal_error"
     UNAVAILABLE = "unavailable"
     STORAGE_UNAVAILABLE = "storage_unavailable"
+    # HAIDIP invocation gateway only (HTTP statuses 502 / 504)
+    UPSTREAM_UNREACHABLE = "upstream_unreachable"
+    UPSTREAM_TOO_LARGE = "upstream_too_large"
+    UPSTREAM_TIMEOUT = "upstream_timeout"
 
 
 class AgtpError(Exception):
@@ -388,6 +395,29 @@ class StorageUnavailable(Unavailable):
     error): the change was not applied and nothing was stored; retry later."""
 
     code = ErrorCode.STORAGE_UNAVAILABLE
+
+
+# The HAIDIP invocation gateway's upstream failures: HTTP statuses outside
+# the AGTP status space, answered only on that surface.
+class UpstreamUnreachable(AgtpError):
+    """The invoked agent could not be reached (refused, DNS, TLS, reset) or
+    answered something the gateway will not relay."""
+
+    status = 502
+    code = ErrorCode.UPSTREAM_UNREACHABLE
+
+
+class UpstreamTimeout(AgtpError):
+    """The invoked agent did not connect or answer within its timeout."""
+
+    status = 504
+    code = ErrorCode.UPSTREAM_TIMEOUT
+
+
+class NotInvocable(Unprocessable):
+    """The agent declares no endpoint the invocation gateway may call."""
+
+    code = ErrorCode.NOT_INVOCABLE
 
 
 # The codes named after a header or a parameter, as explicit mappings (no

@@ -34,6 +34,7 @@ from .envelope import (
     task_id_hint,
 )
 from .errors import ErrorCode, InvalidHeader, InvalidParameter
+from .haidip_cards import with_card
 from .newer import agent_ref
 from .request_types import (
     ACCEPTED_CONTENT_TYPES,
@@ -116,6 +117,11 @@ def parse_activate(headers: Mapping[str, str], body: bytes, limits: Limits) -> A
             if not isinstance(metadata, dict):
                 raise InvalidParameter("capabilities", "metadata must be an agent metadata object")
             caps = {**metadata, **caps}
+        # A HAIDIP or A2A agent card (protocol/haidip_cards.py): its
+        # capability fields, under the document's own; the card is kept.
+        card = env.parameters.get("agent_card")
+        if card is not None:
+            caps = with_card(caps, card)
     return ActivateRequest(
         identity=identity, task_id=env.task_id, manifest=manifest, capabilities=caps
     )

@@ -15,7 +15,9 @@ import os
 import sys
 
 from ..config import ConfigError
+from .apikey import cmd_apikey_new
 from .audit import cmd_audit_verify
+from .cards import cmd_import_cards
 from .config import cmd_backup, cmd_config_show, cmd_restore
 from .discover import cmd_discover
 from .governance import cmd_keygen, cmd_sign
@@ -55,6 +57,8 @@ def _run(args: argparse.Namespace) -> int:
         return cmd_discover(args)
     if args.command == "import":
         return cmd_import(args)
+    if args.command == "import-cards":
+        return cmd_import_cards(args)
     if args.command == "activate":
         return cmd_activate(args)
     if args.command == "lifecycle":
@@ -69,6 +73,8 @@ def _run(args: argparse.Namespace) -> int:
         return cmd_backup(args)
     if args.command == "restore":
         return cmd_restore(args)
+    if args.command == "apikey":
+        return cmd_apikey_new(args)
     if args.command == "mcp":
         return cmd_mcp(args)
     if args.command == "governance" and args.gov_command == "keygen":

@@ -121,6 +121,26 @@ def _parser() -> argparse.ArgumentParser:
     )
     im.add_argument("--cacert", default=None, help="with --server: CA bundle for https")
 
+    ic = sub.add_parser(
+        "import-cards",
+        help="register HAIDIP / A2A agent cards as self-asserted tier-3 records",
+    )
+    ic.add_argument(
+        "path",
+        type=Path,
+        metavar="PATH",
+        help="a card file (one JSON object, or an array of them) or a directory of *.json cards",
+    )
+    ic.add_argument("--data-dir", type=Path, help="the server's data directory")
+    ic.add_argument("--store", metavar="PATH|URL", help="the registry store (as ans serve)")
+    ic.add_argument("--config", type=Path, help="TOML configuration file")
+    ic.add_argument("--zone", help="governance zone of the records (default zone:public)")
+    ic.add_argument(
+        "--principal-id", default=None, help="the principal owning the records (default: $USER)"
+    )
+    ic.add_argument("--strict", action="store_true", help="exit 1 when any card is refused")
+    ic.add_argument("--quiet", action="store_true", help="no line per card, only the summary")
+
     d = sub.add_parser("discover", help="send DISCOVER and print a verified, ranked table")
     d.add_argument(
         "intent", nargs="?", help="natural-language description of the needed capability"
@@ -241,6 +261,31 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("source", type=Path, help="a directory written by ans backup")
     rs.add_argument("--data-dir", type=Path, required=True, help="new or empty data directory")
 
+    ak = sub.add_parser("apikey", help="API keys for [[auth.api_keys]]")
+    aksub = ak.add_subparsers(dest="apikey_command", required=True)
+    an = aksub.add_parser(
+        "new",
+        help="generate an API key: prints the key once and its [[auth.api_keys]] entry (hash only)",
+    )
+    an.add_argument("--principal", required=True, help="the Principal-ID the key authenticates as")
+    an.add_argument(
+        "--scope",
+        action="append",
+        default=[],
+        help="a scope token the key grants, e.g. agents:invoke (repeatable)",
+    )
+    an.add_argument(
+        "--zone",
+        action="append",
+        default=[],
+        help="a restricted zone the key may see, e.g. zone:finance (repeatable)",
+    )
+    an.add_argument(
+        "--agent-id",
+        default=None,
+        help="bind the key to this Agent-ID (default: any Agent-ID header; "
+        "apikey:<principal> when the request sends none)",
+    )
     cf = sub.add_parser(
         "config",
         help="configuration tools",
@@ -290,6 +335,10 @@ _EXAMPLES = {
         "ans import agents.jsonl --data-dir ans-data --governance-jwks gov.jwks.json",
         "ans import agents.jsonl --server http://127.0.0.1:4480   # into a running server",
     ],
+    "import-cards": [
+        "ans import-cards cards/ --data-dir ans-data",
+        "ans import-cards partner-agents.json --data-dir ans-data --zone zone:partners",
+    ],
     "discover": [
         'ans discover "audit Solidity smart contracts" --trust-tier-min 2 --limit 5',
         'ans discover "translate a contract" --json --server https://ans.example:4480',
@@ -309,6 +358,9 @@ _EXAMPLES = {
     "audit verify": ["ans audit verify --data-dir ans-data"],
     "backup": ["ans backup /backups/ans-2026-11-25 --data-dir ans-data"],
     "restore": ["ans restore /backups/ans-2026-11-25 --data-dir ans-data-restored"],
+    "apikey new": [
+        "ans apikey new --principal usr-alice --scope agents:invoke --scope discovery:query"
+    ],
     "config show": ["ANS_DISCOVERY__MIN_RELEVANCE=0.01 ans config show --config ans.toml"],
 }
 

@@ -21,6 +21,7 @@ from ans.governance.signing import sign_document
 from ans.protocol.errors import ErrorCode, Gone, MissingHeader, NotFound, Unavailable
 from ans.protocol.jcs import canonicalize
 from ans.protocol.messages import DescribeRequest
+from ans.protocol.scope import ScopeToken
 
 from ..config import Config
 from .context import CoreContext
@@ -60,7 +61,17 @@ class Describer:
         self.manifest = self.own_manifest()
         self.identity_document = self.own_identity()
 
-    def describe(self, req: DescribeRequest) -> dict[str, Any]:
+    def describe(
+        self,
+        req: DescribeRequest,
+        *,
+        required: ScopeToken = DISCOVERY_QUERY,
+        method: str = "DESCRIBE",
+    ) -> dict[str, Any]:
+        """An indexed agent as ``{"manifest", "capabilities"}`` when the
+        caller holds ``required`` (451, audited as ``method``) and its zone
+        (else 404, as for an unknown agent); 503 Suspended, 410 retired. The
+        HAIDIP invocation gateway asks with ``agents:invoke``."""
         ctx = self.ctx
         if req.canonical_id is None or req.canonical_id == self.manifest["canonical_id"]:
             return self.manifest
@@ -69,9 +80,7 @@ class Describer:
                 "DESCRIBE of an indexed agent requires Agent-ID, Principal-ID and Authority-Scope",
                 code=ErrorCode.MISSING_AGENT_ID,
             )
-        require_scope(
-            req.identity, DISCOVERY_QUERY, method="DESCRIBE", task_id=req.task_id, audit=ctx.audit
-        )
+        require_scope(req.identity, required, method=method, task_id=req.task_id, audit=ctx.audit)
         cid = req.canonical_id
         with self.index.lock:
             entry = self.index.registry.get(cid)

@@ -173,10 +173,21 @@ class QueryScores:
         """Which candidates pass the gate's thresholds, with every candidate's
         capability_match_score and fused score (both unrounded, in [0, 1])."""
         raw = np.clip(self.final, 0.0, 1.0).astype(np.float64)
+        floor = at_least(raw, gate.min_capability_match)
         if gate.kind == "floor":
-            return at_least(raw, gate.min_capability_match), raw, raw
-        cms = self.calibrated(gate)
-        keep = at_least(raw, gate.min_capability_match) & at_least(cms, gate.min_relevance)
+            return floor, raw, raw
+        if self._cms is not None and self._gate == gate:
+            cms = self._cms
+        else:
+            # Only the candidates past the raw floor can be matches: only theirs
+            # is calibrated (each as in the whole array); the others' stay 0 here
+            # (calibrated() still gives every candidate's).
+            rows = np.flatnonzero(floor)
+            cms = np.zeros(len(raw), dtype=np.float64)
+            cms[rows] = gate.scores(
+                self.final.astype(np.float64), self.whole, self.parts, self.reference, rows
+            )
+        keep = floor & at_least(cms, gate.min_relevance)
         return keep, cms, raw
 
     def calibrated(self, gate: RelevanceGate) -> npt.NDArray[np.float64]:

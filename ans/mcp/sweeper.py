@@ -20,7 +20,7 @@ log = structlog.get_logger("ans.mcp")
 
 
 class McpSweeper:
-    """A :class:`ans.app.Background` task."""
+    """A :class:`ans.surfaces.mount.Background` task."""
 
     def __init__(self, registry: McpRegistry) -> None:
         self.registry = registry

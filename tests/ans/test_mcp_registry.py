@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,22 @@ def test_identical_announcements_are_coalesced(make_world: Any) -> None:
     assert status == 200 and body["outcome"] == "unchanged"
     assert w.svc.store.max_seq() == head  # no new change-feed entry
     assert body["registry"]["last_seen"] == "2026-11-21T12:00:10.000Z"
+
+
+def test_a_changed_announcement_from_the_pinned_key_is_applied(make_world: Any) -> None:
+    w = make_world()
+    key = AgentKey()
+    agent = agent_object(key)
+    assert w.post(announce(key, agent))[0] == 200
+    head = w.svc.store.max_seq()
+    changed = {**agent, "capabilities": {"metrics": "3.0"}}
+    status, body = w.post(announce(key, changed))
+    assert status == 200 and body["outcome"] == "updated", body
+    assert [c.canonical_id for c in w.svc.store.changes_since(head)] == [
+        "urn:uuid:" + agent["agent_id"]
+    ]
+    _, _, got = w.call("GET", f"{BASE}/agents/{agent['agent_id']}")
+    assert got["agent"]["capabilities"] == {"metrics": "3.0"}
 
 
 @pytest.mark.parametrize(("kind", "raw"), [("ec", False), ("ec", True), ("rsa", False)])
@@ -373,3 +390,44 @@ def test_an_unadmissible_agent_is_refused_before_its_key_is_pinned(make_world: A
     assert status == 400 and body["error"]["code"] == "ErrMalformedPayload", body
     assert w.registry.trust.get(agent["agent_id"]) is None
     assert w.call("GET", f"{BASE}/agents")[2]["agents"] == []
+
+
+def _client_cert(uri: str) -> str:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "orchestrator")])
+    now = datetime(2026, 11, 21, tzinfo=UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now - timedelta(days=1))
+        .not_valid_after(now + timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.UniformResourceIdentifier(uri)]), critical=False
+        )
+        .sign(key, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.PEM).decode()
+
+
+def test_mtls_mode_binds_the_caller_to_its_client_certificate(make_world: Any) -> None:
+    from tests.ans.test_mcp_support import ORCH
+
+    w = make_world(mode="mtls")
+    key = AgentKey()
+    msg = announce(key, agent_object(key))
+    status, body = w.post(msg)  # no client certificate
+    assert status == 401 and body["error"]["detail"] == "client_certificate_required", body
+    status, body = w.post(msg, tls_chain=[_client_cert("agtp://o.example/agents/other")])
+    assert status == 401 and body["error"]["detail"] == "certificate_identity_mismatch"
+    status, body = w.post(msg, tls_chain=[_client_cert(ORCH)])
+    assert status == 200, body
+    failed = [r for r in w.audit() if r["event"] == "authentication_failed"]
+    assert [r["auth_mode"] for r in failed] == ["mtls", "mtls"]

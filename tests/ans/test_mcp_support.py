@@ -155,6 +155,7 @@ class World:
         scope: str | None = "discover:read discover:write",
         headers: dict[str, str] | None = None,
         query: str = "",
+        tls_chain: list[str] | None = None,
     ) -> tuple[int, dict[str, str], dict[str, Any]]:
         hdrs: dict[str, str] = {"content-type": "application/json"}
         if scope is not None:
@@ -170,6 +171,8 @@ class World:
             "headers": [(k.encode(), v.encode()) for k, v in hdrs.items()],
             "extensions": {},
         }
+        if tls_chain is not None:
+            asgi["extensions"]["tls"] = {"client_cert_chain": tls_chain}
         sent: list[dict[str, Any]] = []
 
         async def receive() -> dict[str, Any]:

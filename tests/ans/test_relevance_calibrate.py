@@ -1,0 +1,68 @@
+"""The relevance calibration as the hot path computes it (ans.relevance):
+per row, from the row's own values and the maxima of every candidate, so the
+candidates past the raw floor can be scored alone; and the same model as the
+(n, 12) feature matrix bench/relevance_fit.py fits it on."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ans.index.scoring import Pass
+from ans.relevance import (
+    FITTED,
+    RelevanceGate,
+    _sigmoid,
+    calibrate,
+    maxima,
+    part_features,
+    whole_components,
+    whole_features,
+    whole_maxima,
+)
+
+
+def random_pass(rng: np.random.Generator, n: int) -> Pass:
+    def f32() -> np.ndarray:
+        return (rng.standard_normal(n) * 0.6 + 0.2).astype(np.float32)
+
+    has_ex = rng.random(n) < rng.choice([0.0, 0.5, 1.0])
+    ex = f32() if rng.random() < 0.8 else None
+    return Pass(np.clip(f32(), 0, 1), [], f32(), f32(), np.abs(f32()), ex, has_ex)
+
+
+def matrix_form(final: np.ndarray, whole: Pass, parts: list[Pass], weight: float) -> np.ndarray:
+    n = len(final)
+    p = _sigmoid(whole_features(final, whole_components(whole, n)) @ np.asarray(FITTED.whole))
+    for part in parts:
+        fused = np.asarray(part.fused, dtype=np.float64)
+        if fused.any():
+            q = _sigmoid(part_features(fused) @ np.asarray(FITTED.part))
+            p = np.maximum(p, weight * q)
+    return np.where(final > 0, p, 0.0)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_rows_alone_score_as_in_the_whole_array(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for _ in range(300):
+        n = int(rng.integers(1, 80))
+        whole = random_pass(rng, n)
+        parts = [Pass(np.clip(rng.standard_normal(n), 0, 1).astype(np.float32), [])]
+        final = np.clip(rng.standard_normal(n), -0.1, 1.0)
+        rows = np.flatnonzero(rng.random(n) < 0.4)
+        full = calibrate(FITTED, final, whole, parts, 0.1)
+        alone = calibrate(FITTED, final, whole, parts, 0.1, rows=rows)
+        assert np.array_equal(full[rows], alone)  # bit for bit
+        assert np.abs(full - matrix_form(final, whole, parts, 0.1)).max() < 1e-12
+        assert np.array_equal(whole_maxima(final, whole), maxima(final, whole_components(whole, n)))
+
+
+def test_gate_scores_of_rows_keep_the_strong_match_raise() -> None:
+    rng = np.random.default_rng(7)
+    n = 50
+    whole = random_pass(rng, n)
+    final = np.clip(rng.standard_normal(n), 0.0, 1.0)
+    gate = RelevanceGate()
+    rows = np.flatnonzero(final >= gate.min_capability_match)
+    assert np.array_equal(gate.scores(final, whole, [])[rows], gate.scores(final, whole, [], rows=rows))
