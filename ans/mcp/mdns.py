@@ -176,6 +176,16 @@ class MdnsRegistry:
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
+        """Advertise and browse; when the link refuses (no multicast, port 5353
+        unusable), log it and serve on without mDNS: the registry's REST and
+        WebSocket are the seed's fallback for exactly that case (3.2)."""
+        try:
+            await self._start()
+        except Exception as exc:
+            log.error("mDNS unavailable: serving without it", error=str(exc)[:300])
+            await self.stop()
+
+    async def _start(self) -> None:
         interfaces, version = interfaces_of(self.interfaces)
         self._zc = zc = AsyncZeroconf(interfaces=interfaces, ip_version=version)
         self._http = httpx.AsyncClient(timeout=self.fetch_timeout, follow_redirects=False)
@@ -200,12 +210,16 @@ class MdnsRegistry:
         self.tracked.clear()
         if self._browser is not None:
             await self._browser.async_cancel()
+            self._browser = None
         if self._zc is not None:
-            if self._info is not None:
+            if self._info is not None and self.stats.advertised:
                 await self._zc.async_unregister_service(self._info)
             await self._zc.async_close()
+            self._zc = None
         if self._http is not None:
             await self._http.aclose()
+            self._http = None
+        self.stats.advertised = False
 
     # -- browsing ---------------------------------------------------------------------
     def _on_change(

@@ -45,6 +45,7 @@ from ans.protocol.errors import (
     InvalidBody,
     NotFound,
     ServerError,
+    Unavailable,
 )
 from ans.protocol.mcp_messages import MAX_MESSAGE_BYTES
 from ans.protocol.messages import encode_error
@@ -83,8 +84,12 @@ class Reply:
 class WsBackend(Protocol):
     """The registry as the WebSocket needs it (the same objects as REST)."""
 
-    def authenticate(self, headers: dict[str, str], creds: Credentials) -> Any:
-        """The caller of a handshake (AgtpError 401 / 400 otherwise; audited)."""
+    def authenticate(
+        self, headers: dict[str, str], creds: Credentials, method: str = GATE_METHOD
+    ) -> Any:
+        """The caller of a handshake, and again of every frame (``method``:
+        its rate limit per Agent-ID; a token that expired meanwhile is
+        refused): AgtpError 401 / 429 otherwise, audited."""
         ...
 
     async def announce(self, message: dict[str, Any], caller: Any) -> Reply: ...
@@ -308,6 +313,14 @@ class Session:
             frame = ws_frames.parse_frame(data, text, surface.max_frame_bytes)
             control = frame.control
             version = surface.backend.version_of(frame.message)
+            try:  # as every REST request: the credentials again, the Agent-ID's limit
+                self.caller = surface.backend.authenticate(
+                    self.headers, self.creds, "MCP-" + frame.name
+                )
+            except AgtpError as exc:
+                if exc.status == 401:  # e.g. the token expired: the session ends
+                    self.stop(POLICY_VIOLATION, "the credentials are no longer valid")
+                raise
             reply = await self.answer(frame, version)
         except Exception as exc:  # the registry answers its own refusals; these are ours
             reply = surface.backend.error(WsSurface.typed(exc), version)
@@ -350,8 +363,8 @@ class Session:
                 str(agent_id) if isinstance(agent_id, str) else None,
                 on_drop=self.dropped,
             )
-        except RuntimeError as exc:
-            raise BadRequest(str(exc)) from None
+        except RuntimeError as exc:  # this process's subscriptions are at their bound
+            raise Unavailable(str(exc), headers=(("retry-after", "30"),)) from None
         try:
             reply = await self.surface.backend.query(frame.message, self.caller)
         except BaseException:

@@ -38,9 +38,11 @@ class RegistryBackend:
         self.registry = registry
         self.gate = gate
 
-    def authenticate(self, headers: dict[str, str], creds: Credentials) -> McpCaller:
+    def authenticate(
+        self, headers: dict[str, str], creds: Credentials, method: str = GATE_METHOD
+    ) -> McpCaller:
         identity = McpSurface.identity(headers)
-        asking = self.gate.authenticate_and_limit(GATE_METHOD, Asking(identity, None), creds)
+        asking = self.gate.authenticate_and_limit(method, Asking(identity, None), creds)
         version = headers.get("mcp-protocol-version")
         return McpCaller.of(
             asking.identity,

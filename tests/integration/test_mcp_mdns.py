@@ -13,6 +13,7 @@ import json
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,19 +38,20 @@ def loopback_zeroconf() -> Zeroconf:
 
 def multicast_on_loopback() -> str | None:
     """None when two zeroconf instances on 127.0.0.1 see each other, else why not."""
+    label = f"probe-{uuid.uuid4().hex[:12]}"  # never the name of an earlier probe
     a, b = loopback_zeroconf(), loopback_zeroconf()
     seen = threading.Event()
     info = ServiceInfo(
         "_ansprobe._tcp.local.",
-        "probe._ansprobe._tcp.local.",
+        f"{label}._ansprobe._tcp.local.",
         addresses=[socket.inet_aton(LOOPBACK)],
         port=9,
-        server="probe.local.",
+        server=f"{label}.local.",
     )
     try:
-        a.register_service(info)
         browser = ServiceBrowser(b, "_ansprobe._tcp.local.", handlers=[lambda **kw: seen.set()])
-        ok = seen.wait(5)
+        a.register_service(info)
+        ok = seen.wait(10)
         browser.cancel()
         return None if ok else "multicast on the loopback interface is not delivered here"
     finally:

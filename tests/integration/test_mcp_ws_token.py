@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 from ans.governance.keys import SigningKey, b64url
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from ans.mcp import ws_frames as wf
@@ -52,7 +52,7 @@ def test_bearer_tokens_on_the_websocket(tmp_path: Path) -> None:
     cfg.write_text(
         f'[ans]\nagent_id = "{ANS_ID}"\n'
         f'[auth]\nmode = "token"\ntoken_issuer = "{ISSUER}"\ntoken_jwks = ["{jwks}"]\n'
-        + cfg.read_text()
+        "token_leeway = 0\n" + cfg.read_text()
     )
     srv = start_server(tmp_path / "data", "--config", str(cfg))
 
@@ -75,6 +75,16 @@ def test_bearer_tokens_on_the_websocket(tmp_path: Path) -> None:
             assert ask(w, wf.ANNOUNCE, announce(key, agent))["status"] == 200
             (ev,) = events(reader, 1)
             assert ev["event"] == "new" and ev["agent"] == agent
+        # a token that expires during the session: the next frame is 401, then 1008
+        expires = time.time() + 8
+        with ws(mint(issuer, "discover:read", exp_in=8)) as short:
+            q = {"protocol_version": "v1.0", "query": {"capability": "tok-cap"}}
+            assert ask(short, wf.QUERY, q)["status"] == 200
+            time.sleep(max(0.0, expires - time.time()) + 1.5)
+            assert ask(short, wf.QUERY, q)["status"] == 401
+            with pytest.raises(ConnectionClosed) as closed:
+                short.recv(timeout=10)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
         for bad in (
             mint(issuer, "discover:read", exp_in=-3600),
             mint(SigningKey.generate(), "discover:read"),
@@ -89,4 +99,4 @@ def test_bearer_tokens_on_the_websocket(tmp_path: Path) -> None:
         stop_server(srv)
     audit = [json.loads(x) for x in (tmp_path / "data" / "audit.jsonl").read_text().splitlines()]
     failed = [r for r in audit if r["event"] == "authentication_failed"]
-    assert len(failed) >= 3 and {r["method"] for r in failed} == {"MCP-WS"}
+    assert len(failed) >= 4 and {r["method"] for r in failed} == {"MCP-WS", "MCP-QUERY"}
