@@ -23,7 +23,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check ans protocol governance federation tests bench tools
+	$(BIN)/ruff check ans protocol governance federation tests bench tools deploy
 	$(BIN)/mypy ans protocol governance federation tools
 
 clean:
