@@ -131,11 +131,9 @@ def make_ans(embedder: Any, gov_key: SigningKey) -> Iterator[Callable[..., Any]]
             svc.store.close()
 
 
-@pytest.fixture
-def tls_cert(tmp_path: Path) -> tuple[Path, Path]:
+def write_self_signed(directory: Path, stem: str = "") -> tuple[Path, Path]:
     """A self-signed P-256 certificate for 127.0.0.1 (also its own CA) and its
-    key, as PEM files: (cert path, key path)."""
-    tmp = tmp_path
+    key, written as PEM files into ``directory``: (cert path, key path)."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
     now = dt.datetime.now(dt.UTC)
@@ -154,7 +152,7 @@ def tls_cert(tmp_path: Path) -> tuple[Path, Path]:
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
     )
-    cert_path, key_path = tmp / "cert.pem", tmp / "key.pem"
+    cert_path, key_path = directory / f"{stem}cert.pem", directory / f"{stem}key.pem"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     key_path.write_bytes(
         key.private_bytes(
@@ -164,3 +162,15 @@ def tls_cert(tmp_path: Path) -> tuple[Path, Path]:
         )
     )
     return cert_path, key_path
+
+
+@pytest.fixture
+def tls_cert(tmp_path: Path) -> tuple[Path, Path]:
+    """A self-signed P-256 certificate for 127.0.0.1 and its key (:func:`write_self_signed`)."""
+    return write_self_signed(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def self_signed() -> Callable[[Path, str], tuple[Path, Path]]:
+    """:func:`write_self_signed`, for fixtures wider than one test."""
+    return write_self_signed

@@ -14,16 +14,14 @@ identity headers; wrong key 401), 429 per target, audit records without bodies.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import hashlib
-import ipaddress
 import json
 import socket
 import ssl
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,10 +34,6 @@ from ans.governance.apikeys import key_hash
 from ans.governance.keys import SigningKey
 from ans.governance.lifecycle import make_event
 from ans.governance.signing import sign_document
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from hypercorn.asyncio import serve
 from hypercorn.config import Config as HypercornConfig
 
@@ -178,37 +172,6 @@ class Served:
         self.thread.join(timeout=10)
 
 
-def self_signed(directory: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / "agent-cert.pem", directory / "agent-key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
-
-
 # -- the ANS and its agents ----------------------------------------------------------------
 
 
@@ -243,12 +206,14 @@ def agtp(method: str, params: dict[str, Any]) -> bytes:
 
 @pytest.fixture(scope="module")
 def world(
-    tmp_path_factory: pytest.TempPathFactory, test_gov_key: tuple[SigningKey, Path]
+    tmp_path_factory: pytest.TempPathFactory,
+    test_gov_key: tuple[SigningKey, Path],
+    self_signed: Callable[[Path, str], tuple[Path, Path]],
 ) -> Iterator[dict[str, Any]]:
     key, jwks = test_gov_key
     tmp = tmp_path_factory.mktemp("invoke")
     agent = FakeAgent()
-    cert, cert_key = self_signed(tmp)
+    cert, cert_key = self_signed(tmp, "agent-")
     plain = Served(agent.app)
     tls = Served(agent.app, (cert, cert_key))
     closed = _listening()
