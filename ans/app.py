@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +56,7 @@ from ans.protocol.messages import (
 from ans.protocol.newer import name_parameter
 from ans.protocol.status import AGTP_SPECIFIC
 
+from .asgi_types import Receive, Scope, Send
 from .gate import REFUSED_AFTER_PARSING, Credentials, RequestGate
 from .mcp.ws import refuse_upgrade
 from .metrics import CONTENT_TYPE_LATEST, Metrics, surface_of
@@ -64,11 +65,6 @@ from .refusals import SIGNED_METHODS, refusal_object, sign_refusal
 from .request_log import NOTE, RequestLog, RequestLogSettings, note
 from .service import AnsService
 from .surfaces.mount import Background, mount
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 log = structlog.get_logger("ans.app")
 # Over-size bodies up to this many bytes are read and discarded before the 400.

@@ -26,7 +26,7 @@ import asyncio
 import base64
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
@@ -49,17 +49,13 @@ from ans.protocol.mcp_errors import McpMalformed
 from ans.protocol.mcp_messages import MAX_MESSAGE_BYTES, parse_version
 from ans.protocol.messages import Identity, parse_identity, task_id_hint
 
+from ..asgi_types import ReadBody, Receive, Scope, Send
 from ..gate import REFUSED_AFTER_PARSING, Credentials, RequestGate
 from ..surfaces.profile_render import signed_document
 from .errors import mcp_error
 from .registry import ANNOUNCE, GET, LIST, QUERY, McpCaller, McpRegistry, McpReply
 
 log = structlog.get_logger("ans.mcp")
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ReadBody = Callable[[Receive, dict[str, str]], Awaitable[bytes]]
 
 MAX_QUERY_STRING = 2048
 MAX_PATH_ID = 64

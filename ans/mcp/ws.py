@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -50,16 +50,13 @@ from ans.protocol.errors import (
 from ans.protocol.mcp_messages import MAX_MESSAGE_BYTES
 from ans.protocol.messages import encode_error
 
+from ..asgi_types import Receive, Scope, Send
 from ..gate import Credentials, RequestGate
 from . import ws_frames
 from .feed import Event, FeedHub, Subscriber, event_body
 from .ws_frames import Control, Frame
 
 log = structlog.get_logger("ans.mcp.ws")
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 SUBPROTOCOL = "agent-discovery"
 MAX_FRAME = MAX_MESSAGE_BYTES + 1  # bytes of one WebSocket message: type byte + message

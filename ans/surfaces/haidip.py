@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +66,7 @@ from ans.protocol.messages import (
 )
 from ans.protocol.scope import parse_authority_scope
 
+from ..asgi_types import ReadBody, Receive, Scope, Send
 from ..gate import REFUSED_AFTER_PARSING, Credentials, RequestGate
 from ..haidip_config import HaidipSettings
 from ..profile_metadata import profile_canonical_id
@@ -86,11 +87,6 @@ from .haidip_render import (
 from .haidip_upload import admit_card, audit_upload_off
 
 log = structlog.get_logger("ans.haidip")
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ReadBody = Callable[[Receive, dict[str, str]], Awaitable[bytes]]
 Answer = tuple[int, dict[str, Any] | None, tuple[tuple[str, str], ...]]
 
 WELL_KNOWN = "/.well-known/agent-card.json"

@@ -36,7 +36,7 @@ import asyncio
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +63,7 @@ from ans.protocol.errors import (
 )
 from ans.protocol.messages import DescribeRequest, Identity, parse_identity
 
+from ..asgi_types import Receive, Scope, Send
 from ..config import ConfigError
 from ..gate import REFUSED_AFTER_PARSING, Credentials, RequestGate
 from ..invoke_config import InvokeConfigError, InvokeSettings
@@ -83,10 +84,6 @@ from .haidip_invoke_upstream import (
 from .profile import Asking
 
 log = structlog.get_logger("ans.haidip.invoke")
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 INVOKE = "INVOKE"  # the gate's and the audit records' method name
 MAX_AGENT_ID_CHARS = 512

@@ -12,10 +12,11 @@ on any path is AGTP's whatever the path).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
+from ..asgi_types import ReadBody, Receive, Scope, Send
 from ..gate import RequestGate
 from ..mcp.registry import McpRegistry
 from ..mcp.surface import McpSurface
@@ -26,12 +27,6 @@ from ..service import AnsService
 from .haidip import HaidipSurface
 from .haidip_invoke import InvokeSurface
 from .profile import ProfileSurface
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ReadBody = Callable[[Receive, dict[str, str]], Awaitable[bytes]]
 
 
 class Background(Protocol):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +52,7 @@ from ans.protocol.messages import (
     task_id_hint,
 )
 
+from ..asgi_types import ReadBody, Receive, Scope, Send
 from ..config import ProfileSettings
 from ..core.profile_view import profile_response
 from ..gate import REFUSED_AFTER_PARSING, Credentials, RequestGate
@@ -61,11 +62,6 @@ from .profile_errors import profile_error
 from .profile_render import agent_object, require_query, signed_document, signed_error
 
 log = structlog.get_logger("ans.profile")
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ReadBody = Callable[[Receive, dict[str, str]], Awaitable[bytes]]
 
 JSON_TYPES = frozenset({"application/json"})
 MAX_AGENT_ID_CHARS = 512
