@@ -71,11 +71,13 @@ from ..profile_metadata import profile_canonical_id
 from ..service import AnsService
 from .haidip_errors import haidip_error
 from .haidip_invoke_upstream import (
+    Resolver,
     Target,
     check_address,
     downstream_headers,
     make_client,
     select_target,
+    system_resolve,
     timeout_error,
     too_large,
     unreachable,
@@ -124,6 +126,7 @@ class InvokeSurface:
         monotonic: Callable[[], float] = time.monotonic,
         new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
         environ: Mapping[str, str] | None = None,
+        resolve: Resolver = system_resolve,
     ) -> None:
         self.service = service
         self.gate = gate
@@ -133,12 +136,13 @@ class InvokeSurface:
         self.cpu_clock = cpu_clock
         self.monotonic = monotonic
         self.new_id = new_id
+        self.resolve = resolve
         limits = service.config.rate_limit
         self.callers = RateLimiter(settings.caller_limit(limits), monotonic)
         self.targets = RateLimiter(settings.agent_limit(limits), monotonic, key_field="target")
         try:
             self.secret = settings.gateway_secret(environ)
-            self.client = client or make_client(settings)
+            self.client = client or make_client(settings, resolve)
         except InvokeConfigError as exc:
             raise ConfigError(str(exc)) from None
         except OSError as exc:  # ssl.SSLError is an OSError
@@ -246,7 +250,7 @@ class InvokeSurface:
         _check_json_type(headers)
         if declared is not None and declared > s.max_body_bytes:
             raise BodyTooLarge(f"the body is {declared} bytes; the limit is {s.max_body_bytes}")
-        await check_address(target, s, timeouts.connect)
+        await check_address(target, s, timeouts.connect, self.resolve)
         body = await self._read_body(receive, s.max_body_bytes)
         exchange.body_read = True
         if not body.strip():

@@ -11,8 +11,10 @@ CA bundle).
   global unicast unless ``allow_private_targets``: no loopback, private,
   link-local, shared or reserved address (422 ``not_invocable``), so a
   registered endpoint cannot turn the gateway against the operator's own
-  network. httpx resolves the name again when it connects; a name that
-  changes its answer in between (DNS rebinding) is not caught here.
+  network. It runs before the body is read; :class:`GuardedBackend` runs the
+  same check again where the connection is opened and connects to the
+  addresses it checked, so a name that changes its answer in between (DNS
+  rebinding) is refused too. TLS still verifies the agent's host name (SNI).
 * :func:`upstream_headers` / :func:`downstream_headers` — an allow-list
   towards the agent (Content-Type, Accept, Accept-Language, Accept-Encoding,
   the request id, the gateway's own credential; the caller's Authorization,
@@ -26,12 +28,14 @@ import asyncio
 import ipaddress
 import socket
 import ssl
-from collections.abc import Mapping
+import typing
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from http.cookiejar import Cookie, CookieJar
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpcore
 import httpx
 
 from ans.governance.profile_metadata import bindings_of
@@ -131,34 +135,109 @@ def select_target(
     raise NotInvocable("the agent declares no http(s) endpoint this gateway can call")
 
 
-async def check_address(target: Target, settings: InvokeSettings, timeout: float) -> None:
-    """Refuse a target that resolves to a non-global address (unless
-    ``allow_private_targets``); a name that does not resolve is 502."""
-    if settings.allow_private_targets:
-        return
+# (host, port) -> the addresses the name resolves to; the DNS seam of the gateway.
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+
+
+async def system_resolve(host: str, port: int) -> list[str]:
+    """The system resolver's addresses for a TCP connection to (host, port)."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+async def checked_addresses(
+    host: str, port: int, settings: InvokeSettings, timeout: float, resolve: Resolver
+) -> list[str]:
+    """The addresses the gateway may connect to for ``host``: all of them
+    global unicast (unless ``allow_private_targets``), else 422
+    ``not_invocable``; a name that does not resolve is 502, a resolution
+    that takes longer than ``timeout`` 504."""
     try:
-        ip = ipaddress.ip_address(target.host)
-        addresses = [ip]
+        ipaddress.ip_address(host)
+        addresses = [host]
     except ValueError:
-        loop = asyncio.get_running_loop()
+        addresses = []
+    if not addresses:
         try:
             async with asyncio.timeout(timeout):
-                infos = await loop.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
+                addresses = await resolve(host, port)
         except TimeoutError:
-            raise UpstreamTimeout(f"resolving {target.host[:100]} timed out") from None
+            raise UpstreamTimeout(f"resolving {host[:100]} timed out") from None
         except OSError:
-            raise UpstreamUnreachable(
-                f"the agent's host {target.host[:100]} does not resolve"
-            ) from None
-        addresses = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
-    for address in addresses:
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            address = address.ipv4_mapped
-        if not address.is_global or address.is_multicast:
-            raise NotInvocable(
-                "the agent's endpoint is a loopback, private or reserved address "
-                "([haidip.invoke] allow_private_targets)"
-            )
+            raise UpstreamUnreachable(f"the agent's host {host[:100]} does not resolve") from None
+    if not addresses:
+        raise UpstreamUnreachable(f"the agent's host {host[:100]} does not resolve")
+    if not settings.allow_private_targets:
+        for text in addresses:
+            address = ipaddress.ip_address(text.split("%", 1)[0])
+            if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+                address = address.ipv4_mapped
+            if not address.is_global or address.is_multicast:
+                raise NotInvocable(
+                    "the agent's endpoint is a loopback, private or reserved address "
+                    "([haidip.invoke] allow_private_targets)"
+                )
+    return addresses
+
+
+async def check_address(
+    target: Target, settings: InvokeSettings, timeout: float, resolve: Resolver = system_resolve
+) -> None:
+    """Refuse a target that resolves to a non-global address (unless
+    ``allow_private_targets``) before its body is read; a name that does not
+    resolve is 502."""
+    if not settings.allow_private_targets:
+        await checked_addresses(target.host, target.port, settings, timeout, resolve)
+
+
+class GuardedBackend(httpcore.AsyncNetworkBackend):
+    """httpcore's network backend with the address check where the socket is
+    opened: the name is resolved once, every address checked, and the
+    connection made to a checked address (the first that answers), so the
+    name cannot resolve to another address between the check and the connect."""
+
+    def __init__(self, settings: InvokeSettings, resolve: Resolver = system_resolve) -> None:
+        self.settings = settings
+        self.resolve = resolve
+        self.inner = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: typing.Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        addresses = await checked_addresses(
+            host, port, self.settings, timeout or 10.0, self.resolve
+        )
+        failure: Exception | None = None
+        for address in addresses:
+            try:
+                return await self.inner.connect_tcp(
+                    address,
+                    port,
+                    timeout=timeout,
+                    local_address=local_address,
+                    socket_options=socket_options,
+                )
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+                failure = exc
+        assert failure is not None  # addresses is never empty
+        raise failure
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: typing.Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("the invocation gateway opens TCP connections only")
+
+    async def sleep(self, seconds: float) -> None:
+        await self.inner.sleep(seconds)
 
 
 def upstream_headers(
@@ -205,24 +284,34 @@ def downstream_headers(
     return out
 
 
-def make_client(settings: InvokeSettings) -> httpx.AsyncClient:
+def make_client(settings: InvokeSettings, resolve: Resolver = system_resolve) -> httpx.AsyncClient:
     """One client for every invocation: HTTP/2 when the agent offers it
     (ALPN), else HTTP/1.1; redirects not followed; no proxy from the
-    environment; no cookies kept; the gateway's client certificate and CA bundle when set.
+    environment; no cookies kept; the gateway's client certificate and CA
+    bundle when set; every connection opened through :class:`GuardedBackend`.
     OSError / ssl.SSLError when a certificate file is unusable."""
     context = ssl.create_default_context(
         cafile=str(settings.ca_bundle) if settings.ca_bundle is not None else None
     )
     if settings.client_certfile is not None and settings.client_keyfile is not None:
         context.load_cert_chain(str(settings.client_certfile), str(settings.client_keyfile))
-    return httpx.AsyncClient(
-        cookies=_NoCookies(),
+    transport = httpx.AsyncHTTPTransport(verify=context, http1=True, http2=settings.http2)
+    # httpx takes no network backend; its transport's connection pool does.
+    # tests/ans/test_haidip_invoke_units.py proves the guard is the one used.
+    transport._pool = httpcore.AsyncConnectionPool(
+        ssl_context=context,
+        max_connections=512,
+        max_keepalive_connections=64,
+        keepalive_expiry=5.0,
         http1=True,
         http2=settings.http2,
-        verify=context,
+        network_backend=GuardedBackend(settings, resolve),
+    )
+    return httpx.AsyncClient(
+        cookies=_NoCookies(),
+        transport=transport,
         follow_redirects=False,
         trust_env=False,
-        limits=httpx.Limits(max_connections=512, max_keepalive_connections=64),
     )
 
 

@@ -34,8 +34,10 @@ from ans.config_env import show
 from ans.invoke_config import InvokeConfigError, InvokeSettings, invoke_from_table
 from ans.surfaces.haidip_errors import haidip_error
 from ans.surfaces.haidip_invoke_upstream import (
+    Resolver,
     check_address,
     downstream_headers,
+    make_client,
     select_target,
     upstream_headers,
 )
@@ -205,3 +207,86 @@ def test_gateway_failures_in_the_haidip_error_model(exc: AgtpError, status: int,
     assert err.body["error"]["detail"] == str(exc.code)  # e.g. upstream_timeout, not_invocable
     if status == 429:
         assert err.headers == (("retry-after", "3"),)
+
+
+class _Agent:
+    """A real HTTP/1.1 server on loopback that counts its connections and
+    keeps the Host header of each request."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.hosts: list[str] = []
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        head = await reader.readuntil(b"\r\n\r\n")
+        for line in head.decode("latin-1").split("\r\n"):
+            if line.lower().startswith("host:"):
+                self.hosts.append(line.split(":", 1)[1].strip())
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+        await writer.drain()
+        writer.close()
+
+
+def _resolver(*answers: list[str]) -> tuple[Resolver, list[str]]:
+    """A resolver that gives its answers in turn (the last one from then on)."""
+    asked: list[str] = []
+
+    async def resolve(host: str, port: int) -> list[str]:
+        asked.append(host)
+        return answers[min(len(asked), len(answers)) - 1]
+
+    return resolve, asked
+
+
+def test_a_name_that_rebinds_to_loopback_after_the_check_is_refused_at_connect() -> None:
+    async def run() -> tuple[_Agent, list[str]]:
+        agent = _Agent()
+        server = await asyncio.start_server(agent.serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        s = InvokeSettings(allow_http=True)
+        # public when the gateway checks, loopback when it would connect
+        resolve, asked = _resolver(["93.184.216.34"], ["127.0.0.1"])
+        target = select_target({}, caps(f"http://agent.example:{port}/run"), s)
+        await check_address(target, s, 2.0, resolve)  # passes: a global address
+        async with make_client(s, resolve) as client:
+            with pytest.raises(NotInvocable, match="allow_private_targets"):
+                await client.post(target.url, content=b"{}")
+        server.close()
+        await server.wait_closed()
+        return agent, asked
+
+    agent, asked = asyncio.run(run())
+    assert asked == ["agent.example", "agent.example"]
+    assert agent.connections == 0  # nothing reached the operator's own network
+
+
+def test_the_connection_goes_to_the_checked_address_under_the_agents_name() -> None:
+    async def run() -> tuple[_Agent, int, int]:
+        agent = _Agent()
+        server = await asyncio.start_server(agent.serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        s = InvokeSettings(allow_http=True, allow_private_targets=True)
+        resolve, _ = _resolver(["127.0.0.1"])
+        async with make_client(s, resolve) as client:
+            r = await client.post(f"http://agent.example:{port}/run", content=b"{}")
+        server.close()
+        await server.wait_closed()
+        return agent, r.status_code, port
+
+    agent, status, port = asyncio.run(run())
+    assert status == 200
+    assert agent.connections == 1
+    assert agent.hosts == [f"agent.example:{port}"]
+
+
+def test_a_name_that_does_not_resolve_is_unreachable_not_a_crash() -> None:
+    async def nowhere(host: str, port: int) -> list[str]:
+        raise OSError("no such name")
+
+    async def run() -> None:
+        async with make_client(InvokeSettings(allow_http=True), nowhere) as client:
+            await client.post("http://agent.example:9/run", content=b"{}")
+
+    with pytest.raises(UpstreamUnreachable, match="does not resolve"):
+        asyncio.run(run())
