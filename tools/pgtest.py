@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import time
 from urllib.parse import quote
 
 PG_URL = os.environ.get("ANS_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -51,15 +52,26 @@ def drop_schema(name: str) -> None:
         conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
 
 
-def terminate(schema: str) -> int:
+def terminate(schema: str, wait: float = 10.0) -> int:
     """Kill every server connection opened through ``schema_url(schema)``
-    (what a database restart or a network cut does to them); how many."""
+    (what a database restart or a network cut does to them); how many. Returns
+    once they are gone (``pg_terminate_backend`` only signals: a backend that
+    exits later would fail whatever its connection runs next)."""
     import psycopg
 
     with psycopg.connect(PG_URL, autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE application_name = %s AND pid <> pg_backend_pid()",
             (schema,),
         ).fetchall()
-    return len(rows)
+        pids = [r[0] for r in rows]
+        deadline = time.monotonic() + wait
+        while pids and time.monotonic() < deadline:
+            left = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,)
+            ).fetchone()
+            if not left or left[0] == 0:
+                break
+            time.sleep(0.01)
+    return len(pids)
