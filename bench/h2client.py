@@ -14,8 +14,9 @@ headers, a Task-ID and the JSON envelope ``{"method", "task_id",
 
 Modes:
 
-* ``discover``: ``--concurrency`` workers in a closed loop cycle through the
-  parameter objects of ``--params`` (JSONL); a warm-up, then a timed period.
+* ``discover``: ``--concurrency`` workers in a closed loop, each request's
+  parameter object drawn at random from ``--params`` (JSONL; ``--seed``); a
+  warm-up, then a timed period.
   Every completion inside the timed period is recorded (perf_counter_ns).
 * ``activate``: each line (ACTIVATE parameters ``{"manifest",
   "capabilities"}``) is sent once at ``--concurrency``; agents/s.
@@ -39,6 +40,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import random
 import sys
 import time
 from collections import Counter
@@ -378,6 +380,9 @@ async def run_closed_loop(args: argparse.Namespace, lines: list[bytes]) -> dict[
     rec = Recorder(sample_n=args.sample)
     counter = itertools.count()
     once = args.mode == "activate"
+    # DISCOVER parameters drawn at random (seeded: the same run draws the same
+    # sequence), so no two workers walk the file in step.
+    draw = random.Random(args.seed)
     now = time.perf_counter_ns()
     warm = 0 if once else int(args.warmup * 1e9)
     rec.start_ns = now + warm
@@ -398,7 +403,7 @@ async def run_closed_loop(args: argparse.Namespace, lines: list[bytes]) -> dict[
             t0 = time.perf_counter_ns()
             if t0 >= stop_at:
                 return
-            k = i % len(lines)
+            k = i if once else draw.randrange(len(lines))
             headers, body = maker.make(method, lines[k], scopes[k], slot)
             try:
                 status, resp = await pool.send(slot, headers, body)
@@ -515,6 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample-out", type=Path)
     ap.add_argument("--visibility-limit", type=int, default=10)
     ap.add_argument("--visibility-timeout", type=float, default=5.0)
+    ap.add_argument("--seed", type=int, default=1, help="of the random draw of parameters")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     if args.concurrency < 1:

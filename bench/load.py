@@ -329,13 +329,35 @@ def client_problems(tag: str, r: dict[str, Any]) -> list[str]:
     return out
 
 
+# DISCOVER parameter objects of the load: >= 1,000 distinct intents (issue 26),
+# each request's drawn at random by bench/h2client.py.
+LOAD_QUERIES = 2000
+
+
+def load_params(catalog: Path, seed: int, synth: Any) -> Path:
+    """The load's parameters file beside the catalog: ``LOAD_QUERIES`` queries of
+    the catalog generator's mix (written once; the catalog's own 500 stay as
+    they are for the other benchmarks)."""
+    path = catalog / f"queries-load-{LOAD_QUERIES}.jsonl"
+    if not path.is_file():
+        rows = synth.make_queries(LOAD_QUERIES, seed)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        tmp.replace(path)
+    return path
+
+
 def bench_size(n: int, args: argparse.Namespace, synth: Any, source: str) -> dict[str, Any]:
     res: dict[str, Any] = {"agents": n}
     problems: list[str] = []
     catalog, gen_s = ensure_catalog(n, args.seed, args.cache, source)
     res["catalog"] = {"source": source, "dir": str(catalog), "generate_s": gen_s}
     jwks = catalog / "governance.jwks.json"
-    queries = [json.loads(x) for x in (catalog / "queries.jsonl").read_text().splitlines() if x]
+    params = load_params(catalog, args.seed, synth)
+    queries = [json.loads(x) for x in params.read_text().splitlines() if x]
+    intents = {q["intent"] for q in queries if isinstance(q.get("intent"), str)}
+    res["params"] = {"file": params.name, "queries": len(queries),
+                     "distinct_intents": len(intents), "draw": "random per request"}
     run = args.cache / f"run-{n}"
     marker = run / "data" / ".imported.json"
     reuse = args.reuse_import and marker.is_file()
@@ -406,10 +428,10 @@ def bench_size(n: int, args: argparse.Namespace, synth: Any, source: str) -> dic
                       "connections": args.connections}
             sample = run / f"samples-c{c}.jsonl"
             log(f"N={n} c={c}: ours")
-            ours = run_client(srv.url, catalog / "queries.jsonl", sample=SAMPLE,
+            ours = run_client(srv.url, params, sample=SAMPLE,
                               sample_out=sample, **common)
             log(f"N={n} c={c}: floor")
-            fl = run_client(floor_url, catalog / "queries.jsonl", **common)
+            fl = run_client(floor_url, params, **common)
             problems += client_problems(f"N={n} c={c} ours", ours)
             problems += client_problems(f"N={n} c={c} floor", fl)
             v = verify_samples(sample, queries, keys)

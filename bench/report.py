@@ -95,6 +95,16 @@ def carried_note(results: dict[str, Any]) -> list[str]:
     ]
 
 
+def params_note(results: dict[str, Any]) -> str:
+    """What the load's DISCOVER parameters were (bench/load.py ``params``)."""
+    for size in results["sizes"].values():
+        p = size.get("params")
+        if p:
+            return (f"{p['queries']:,} queries of the catalog generator's mix "
+                    f"({p['distinct_intents']:,} distinct intents, `{p['file']}`)")
+    return "the catalog's `queries.jsonl` (an older run: cycled, not drawn)"
+
+
 def markdown(results: dict[str, Any], plot_name: str) -> str:
     m = results["machine"]
     st = results["settings"]
@@ -134,8 +144,8 @@ def markdown(results: dict[str, Any], plot_name: str) -> str:
         "catalog's governance key.",
         f"- Load: {st['client']}, its own process; closed loop at fixed concurrency "
         f"{', '.join(map(str, st['levels']))}; {st['warmup_s']} s warm-up, then "
-        f"{st['duration_s']} s timed; the parameters cycle through the catalog's "
-        "`queries.jsonl`. Every completion in the timed period is recorded.",
+        f"{st['duration_s']} s timed; each request's parameters drawn at random from "
+        f"{params_note(results)}. Every completion in the timed period is recorded.",
         "- Floor: `bench/floor_app.py`, same hypercorn config, reads the request body, "
         "answers with the ANS answer captured at the start of the run (same size, same "
         "headers). Ours and floor alternate per level.",
