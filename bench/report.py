@@ -144,6 +144,7 @@ def markdown(results: dict[str, Any], plot_name: str) -> str:
         "import method named below; the server runs with "
         f"`{st['server_config'].replace(chr(10), ' ')}` (no rate limit) and trusts the "
         "catalog's governance key.",
+        f"- Server: `ans serve --workers {workers}`; the floor with as many processes.",
         f"- Load: {st['client']}, its own process; closed loop at fixed concurrency "
         f"{', '.join(map(str, st['levels']))}; {st['warmup_s']} s warm-up, then "
         f"{st['duration_s']} s timed; the parameters cycle through the catalog's "

@@ -45,15 +45,23 @@ class Source:
     data: dict[str, Any] | None
     note: str  # with data: "this run" or "kept from ..."; without: why not measured
 
-    def at(self, detail: str) -> str:
-        """The "where" cell: file, what in it, and which run."""
-        if self.data is None:
+    def at(self, detail: str, found: object = True) -> str:
+        """The "where" cell: file, what in it, and which run (the file alone
+        when the figure was not ``found``)."""
+        if self.data is None or found is None:
             return f"`{self.file}`"
         return f"`{self.file}` {detail} ({self.note})"
 
     def why(self, missing: str) -> str:
         """Why a figure is absent: the file's reason, or what the file lacks."""
         return self.note if self.data is None else missing
+
+    def lacks(self, n: int, c: str | None = None) -> str:
+        """Why size ``n`` (level ``c``) has no figure in this file."""
+        if self.data is not None and str(n) not in (self.data.get("sizes") or {}):
+            sizes = ", ".join(size_label(int(k)) for k in self.data.get("sizes") or {})
+            return f"{size_label(n)} was not in this run (sizes: {sizes or 'none'})"
+        return self.why(f"no c={c} level at {size_label(n)}" if c else "no figure")
 
 
 @dataclass
@@ -131,11 +139,11 @@ def ratio_target(src: Source, n: int, goal: float | None, name: str) -> Target:
         name,
         f"≥ {goal}x" if goal else "reported",
         shown,
-        src.at(f"{size_label(n)} c=16, workers = {workers_of(src)}"),
+        src.at(f"{size_label(n)} c=16, workers = {workers_of(src)}", r),
         judged(
             r,
             None if goal is None or r is None else r >= goal,
-            src.why(f"no {size_label(n)} c=16 level"),
+            src.lacks(n, "16"),
         ),
     )
 
@@ -146,8 +154,8 @@ def latency_target(src: Source, n: int, c: str, key: str, goal_ms: float, name: 
         name,
         f"≤ {fmt(goal_ms)} ms",
         "-" if v is None else f"{fmt(v)} ms",
-        src.at(f"{size_label(n)} c={c}, workers = {workers_of(src)}"),
-        judged(v, None if v is None else v <= goal_ms, src.why(f"no {size_label(n)} c={c} level")),
+        src.at(f"{size_label(n)} c={c}, workers = {workers_of(src)}", v),
+        judged(v, None if v is None else v <= goal_ms, src.lacks(n, c)),
     )
 
 
@@ -170,7 +178,7 @@ def targets(results: Path = RESULTS) -> list[Target]:
             f"throughput from 1 to {w or 'W'} workers (ours req/s, 10k, c=16)",
             "≥ 1.8x" if w in (2, None) else f"≥ 1.8x from 1 to 2 (this run: {w} workers)",
             "-" if scale is None else f"{fmt(scale)}x ({fmt(a)} / {fmt(b)} req/s)",
-            f"{load.at('10k c=16')} ÷ {w1.at('10k c=16')}",
+            f"{load.at('10k c=16', a)} ÷ {w1.at('10k c=16', b)}",
             judged(scale, ok, why),
         )
     )
@@ -191,7 +199,7 @@ def targets(results: Path = RESULTS) -> list[Target]:
                 f"{fmt(d.get('max'))}, n={d.get('n')})"
                 + (f"; {len(errors)} errors" if errors else "")
             ),
-            vis.at(f"`discover_after_200_ms`, workers = {dig(vis.data, 'workers')}"),
+            vis.at(f"`discover_after_200_ms`, workers = {dig(vis.data, 'workers')}", p99),
             judged(
                 p99,
                 None if p99 is None else (p99 <= 100 and not errors),
@@ -214,30 +222,34 @@ def targets(results: Path = RESULTS) -> list[Target]:
             ),
             pg.at(
                 f"`visible_on_b_after_a_200_ms`, 2 nodes, "
-                f"{dig(pg.data, 'workers_per_node')} workers each"
+                f"{dig(pg.data, 'workers_per_node')} workers each",
+                p99,
             ),
             judged(p99, None if p99 is None else p99 <= 100, pg.why("no latency")),
         )
     )
     out += memory_targets(load, w)
     prof = s["profile"]
-    http = dig(prof.data, "sizes", "100000", "http") or {}
+    psizes = dig(prof.data, "sizes") or {}
+    http = dig(psizes, "100000", "http") or {}
     cpu = dig(http, "ans", "cpu_us_per_request")
     ms = None if cpu is None else cpu / 1000
-    at = ", ".join(size_label(int(n)) for n in dig(prof.data, "sizes") or {})
+    shown = "-"
+    if ms is not None:
+        shown = f"{ms:.2f} ms (floor {fmt(dig(http, 'floor', 'cpu_us_per_request'))} µs)"
+    elif psizes:  # the figure at the sizes it did run (a smoke run), beside the dash
+        other = (dig(x, "http", "ans", "cpu_us_per_request") for x in psizes.values())
+        shown += " (" + ", ".join(
+            f"{size_label(int(n))}: {'-' if v is None else f'{v / 1000:.2f} ms'}"
+            for n, v in zip(psizes, other, strict=True)
+        ) + ")"  # fmt: skip
     out.append(
         Target(
             "server CPU per DISCOVER at 100k over HTTP/2 (c=1)",
             "≤ 1.5 ms",
-            "-"
-            if ms is None
-            else (f"{ms:.2f} ms (floor {fmt(dig(http, 'floor', 'cpu_us_per_request'))} µs)"),
-            prof.at("100k `http.ans.cpu_us_per_request`"),
-            judged(
-                ms,
-                None if ms is None else ms <= 1.5,
-                prof.why(f"the profile ran at {at or 'no size'}, not 100k"),
-            ),
+            shown,
+            prof.at("100k `http.ans.cpu_us_per_request`", ms),
+            judged(ms, None if ms is None else ms <= 1.5, prof.lacks(100_000)),
         )
     )
     return out
@@ -248,10 +260,11 @@ def memory_targets(load: Source, w: int | None) -> list[Target]:
     mem = big.get("memory") or {}
     pss, rss = mem.get("pss_total_mb"), mem.get("rss_total_mb")
     agents = big.get("healthz_agents") or 1_000_000
-    why = load.why("no 1M size with `memory`")
+    why = load.lacks(1_000_000) if not big else load.why("no `memory` at 1M")
     where = load.at(
         f"1M `memory`, workers = {w}: {len(mem.get('processes') or [])} processes "
-        "(supervisor and workers) at the end of the run"
+        "(supervisor and workers) at the end of the run",
+        pss,
     )
     per = None if pss is None else pss * 1024 / agents
     goal = "≤ 4 GB (4,096 MB) in all; PSS total compared"
@@ -290,7 +303,9 @@ def run_line(run: dict[str, Any] | None) -> str:
         f"These figures: `{run.get('command')}` from {run.get('started_at')} to "
         f"{run.get('finished_at')}, commit `{m.get('git_commit', '?')}`, "
         f"{m.get('cores', '?')} cores."
-    )
+        + (" **The run was interrupted**: the steps after that did not run." if
+           run.get("interrupted") else "")
+    )  # fmt: skip
 
 
 def section(results: Path = RESULTS) -> list[str]:

@@ -88,6 +88,34 @@ def steps(args: argparse.Namespace) -> list[tuple[str, list[str], str]]:
     ]
 
 
+def interrupted(signum: int, frame: Any) -> None:
+    """SIGTERM to the driver ends the step's process group as Ctrl-C does."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """End the process group this driver created for a step (the script and the
+    servers it started): SIGINT (the scripts clean up), then SIGTERM, then SIGKILL."""
+    for sig, wait in ((signal.SIGINT, 20.0), (signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        if proc.poll() is not None and not group_alive(proc.pid):
+            return
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and (proc.poll() is None or group_alive(proc.pid)):
+            time.sleep(0.2)
+
+
 def run_step(argv: list[str]) -> int:
     """Run one bench script in its own process group (so an interrupt reaches its
     servers too, and only them); its output goes straight to ours."""
@@ -96,16 +124,7 @@ def run_step(argv: list[str]) -> int:
     try:
         return proc.wait()
     except KeyboardInterrupt:
-        for sig, wait in ((signal.SIGINT, 30), (signal.SIGKILL, 5)):
-            try:
-                os.killpg(proc.pid, sig)  # the group this driver created
-            except ProcessLookupError:
-                break
-            try:
-                proc.wait(timeout=wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
+        stop_group(proc)
         raise
 
 
@@ -169,6 +188,14 @@ def summary(name: str, data: dict[str, Any] | None) -> str:
     return "; ".join(parts)
 
 
+def write_run(run: dict[str, Any]) -> None:
+    (RESULTS / "scale.json").write_text(json.dumps(run, indent=1) + "\n", encoding="utf-8")
+    print(
+        f"\n[scale] wrote bench/results/scale.json ({run['started_at']} .. {run['finished_at']})",
+        flush=True,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -198,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     skip = {x.strip() for x in args.skip.split(",") if x.strip()}
     if skip - set(STEPS):
         ap.error(f"unknown step(s) {sorted(skip - set(STEPS))}; steps: {', '.join(STEPS)}")
+    signal.signal(signal.SIGTERM, interrupted)
+    # even when started in the background (SIGINT ignored, which the steps would inherit)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.path.insert(0, str(BENCH))
     from load import machine  # commit (with -dirty), cores, CPU, packages
 
@@ -232,7 +262,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n[scale] {name}: OPENBLAS_NUM_THREADS=1 python {command}", flush=True)
         t_start, started = time.time(), now()
         t0 = time.perf_counter()
-        code = run_step(cmd)
+        try:
+            code = run_step(cmd)
+        except KeyboardInterrupt:
+            # what ran so far is recorded (the page must not take a file this
+            # run overwrote for an earlier run's); the rest is not measured
+            run["steps"].append({"name": name, "command": command, "started_at": started,
+                                 "exit_code": "interrupted", "results": results,
+                                 "wrote": False, "reason": "interrupted"})  # fmt: skip
+            run["finished_at"], run["interrupted"] = now(), True
+            write_run(run)
+            print(f"\n[scale] interrupted during {name}: its process group is ended; "
+                  "docs/benchmarks.md left as it was", file=sys.stderr)  # fmt: skip
+            return 130
         wall = round(time.perf_counter() - t0, 1)
         out = ROOT / results
         wrote = out.is_file() and out.stat().st_mtime >= t_start
@@ -257,11 +299,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     run["finished_at"] = now()
-    (RESULTS / "scale.json").write_text(json.dumps(run, indent=1) + "\n", encoding="utf-8")
-    print(
-        f"\n[scale] wrote bench/results/scale.json ({run['started_at']} .. {run['finished_at']})",
-        flush=True,
-    )
+    write_run(run)
     load = next(s for s in run["steps"] if s["name"] == "load")
     if load.get("wrote") or (load.get("skipped") and (ROOT / load["results"]).is_file()):
         r = subprocess.run([sys.executable, "bench/report.py"], cwd=ROOT)
