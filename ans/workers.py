@@ -252,15 +252,17 @@ class Supervisor:
 HEADROOM_ID = "ans-workers-headroom"
 
 
-def share_more(matcher: Any) -> None:
+def share_more(service: Any) -> None:
     """Before the fork, so that the workers share more of the index:
 
     * grow the index's per-slot arrays once here (a placeholder agent with one
       example, upserted and removed): a worker's first new agent would
       otherwise reallocate them (capacity doubles), a private copy of every
       vector row in each worker; now it fills a free row of the shared arrays;
-    * run one query, so what the index builds lazily on its first read is
-      built once, in the shared pages."""
+    * run one query and build the registry's slot link
+      (:meth:`ans.core.discovery.Discovery.warm`), so what the first DISCOVER
+      builds lazily is built once, in the shared pages."""
+    matcher = service.matcher
     profile = profile_from(
         {"canonical_id": HEADROOM_ID, "agent_label": "headroom", "job_description": "headroom"},
         {"tags": ["headroom"], "examples": [{"id": "h", "text": "headroom"}]},
@@ -268,6 +270,7 @@ def share_more(matcher: Any) -> None:
     matcher.upsert(profile, matcher.embed_profile(profile))
     matcher.remove(HEADROOM_ID)
     matcher.query("warm up the index", None)
+    service.discovery.warm()
 
 
 def describe_exit(status: int) -> str:
@@ -295,7 +298,7 @@ def serve_workers(built: object, config: Config, n: int) -> int:
     service.store.close()
     service.audit.close()
     lock = built.lock
-    share_more(service.matcher)
+    share_more(service)
     gc.collect()
     gc.freeze()  # the loaded objects stay shared: the collector never writes to them
 

@@ -66,6 +66,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     if supervised:
         return serve_workers(built, cfg, workers)
+    built.service.discovery.warm()  # at start-up, not in the first DISCOVER
     serve_forever(built.service, cfg, gate=built.gate, freshness=built.freshness, lock=built.lock)
     return 0
 

@@ -472,3 +472,19 @@ def test_lifecycle_gate_excludes_non_active_entries(world: dict[str, Any]) -> No
     scope = parse_authority_scope("discovery:query")
     assert passes_gates(entry, params, scope, svc.zones)
     assert not passes_gates(replace(entry, lifecycle_state="Suspended"), params, scope, svc.zones)
+
+
+def test_warm_builds_the_slot_link_the_first_discover_would_build(
+    world: dict[str, Any],
+) -> None:
+    # ans serve --workers warms before the fork: built in each worker, the link
+    # cost the first DISCOVER ~1 s at 1M agents and unshared most of the heap.
+    svc = world["svc"]
+    registry = svc.index.registry
+    assert registry._link_token is None  # nothing has asked yet
+    svc.discovery.warm()
+    link = registry._link
+    assert registry._link_token is not None and len(link) >= len(world["ids"])
+    before = labels(discover(svc, intent="translate legal contracts", limit=5))
+    assert registry._link is link  # the DISCOVER used the warm link as it was
+    assert before == labels(discover(svc, intent="translate legal contracts", limit=5))
