@@ -53,6 +53,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from report_scale import dig  # bench/ is on sys.path when run as a script
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 RESULTS = BENCH / "results"
@@ -136,14 +138,6 @@ def read(path: Path) -> dict[str, Any] | None:
     return data
 
 
-def g(d: Any, *path: str) -> Any:
-    for p in path:
-        if not isinstance(d, dict):
-            return None
-        d = d.get(p)
-    return d
-
-
 def summary(name: str, data: dict[str, Any] | None) -> str:
     """One line of the step's headline figures."""
     if data is None:
@@ -152,18 +146,18 @@ def summary(name: str, data: dict[str, Any] | None) -> str:
         parts = []
         for n, s in data.get("sizes", {}).items():
             lv = s.get("levels", {})
-            bits = [f"c=16 ratio {g(lv, '16', 'ratio')} ({g(lv, '16', 'ours', 'rps')} req/s)"]
+            bits = [f"c=16 ratio {dig(lv, '16', 'ratio')} ({dig(lv, '16', 'ours', 'rps')} req/s)"]
             if "1" in lv:
                 bits.append(
-                    f"c=1 p50 {g(lv, '1', 'ours', 'p50_ms')} / p99 "
-                    f"{g(lv, '1', 'ours', 'p99_ms')} ms"
+                    f"c=1 p50 {dig(lv, '1', 'ours', 'p50_ms')} / p99 "
+                    f"{dig(lv, '1', 'ours', 'p99_ms')} ms"
                 )
             if s.get("memory"):
                 bits.append(f"PSS {s['memory']['pss_total_mb']} MB")
             if s.get("problems"):
                 bits.append(f"{len(s['problems'])} problems")
             parts.append(f"{n}: " + ", ".join(bits))
-        return f"workers {g(data, 'settings', 'workers')}; " + "; ".join(parts)
+        return f"workers {dig(data, 'settings', 'workers')}; " + "; ".join(parts)
     if name == "visibility":
         d = data.get("discover_after_200_ms", {})
         return (
@@ -181,8 +175,8 @@ def summary(name: str, data: dict[str, Any] | None) -> str:
     for n, s in data.get("sizes", {}).items():
         parts.append(
             f"{n}: server CPU per DISCOVER over HTTP/2 "
-            f"{g(s, 'http', 'ans', 'cpu_us_per_request')} µs (floor "
-            f"{g(s, 'http', 'floor', 'cpu_us_per_request')} µs), in process "
+            f"{dig(s, 'http', 'ans', 'cpu_us_per_request')} µs (floor "
+            f"{dig(s, 'http', 'floor', 'cpu_us_per_request')} µs), in process "
             f"{s.get('cpu_us_mean')} µs"
         )
     return "; ".join(parts)
