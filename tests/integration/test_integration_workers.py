@@ -182,9 +182,19 @@ async def _revoke_under_load(url: str, target: str, event: dict[str, Any]) -> di
     stop = asyncio.Event()
     q = body("DISCOVER", {"intent": INTENT, "limit": 10})
 
-    async def loop() -> None:
-        async with httpx.AsyncClient(base_url=url, http1=False, http2=True, timeout=WAIT) as c:
-            worker = (await c.get("/healthz")).json()["worker"]
+    async def on_worker(want: int) -> httpx.AsyncClient:
+        """A connection the kernel gave to worker ``want`` (SO_REUSEPORT spreads
+        connections by hash: 8 could all land on one worker, 1 run in 128)."""
+        for _ in range(64):
+            c = httpx.AsyncClient(base_url=url, http1=False, http2=True, timeout=WAIT)
+            if (await c.get("/healthz")).json()["worker"] == want:
+                return c
+            await c.aclose()
+        raise AssertionError(f"no connection reached worker {want} in 64 tries")
+
+    async def loop(worker: int) -> None:
+        c = await on_worker(worker)
+        try:
             for _ in range(600):  # bounded; normally stopped long before
                 if stop.is_set():
                     return
@@ -193,6 +203,8 @@ async def _revoke_under_load(url: str, target: str, event: dict[str, Any]) -> di
                 assert r.status_code == 200, r.text
                 cids = {x["canonical_id"] for x in r.json()["result"]["results"]}
                 seen.append((started, target in cids, worker))
+        finally:
+            await c.aclose()
 
     async def revoker() -> None:
         async with httpx.AsyncClient(base_url=url, http1=False, http2=True, timeout=WAIT) as c:
@@ -208,7 +220,7 @@ async def _revoke_under_load(url: str, target: str, event: dict[str, Any]) -> di
                 await asyncio.sleep(0.01)
             stop.set()
 
-    await asyncio.wait_for(asyncio.gather(revoker(), *(loop() for _ in range(8))), 180)
+    await asyncio.wait_for(asyncio.gather(revoker(), *(loop(i % 2) for i in range(8))), 180)
     return {"seen": seen, "revoked_at": revoked_at[0]}
 
 
@@ -339,6 +351,25 @@ def test_a_killed_worker_is_restarted_and_a_second_server_is_refused(
             answered.add(worker_of(c))
 
 
+def on_both_workers(url: str, each: int) -> list[RawH2]:
+    """``each`` connections on each of the two workers: SO_REUSEPORT spreads
+    connections by hash, so 8 opened blindly all land on one worker 1 run in 128."""
+    kept: dict[int, list[RawH2]] = {0: [], 1: []}
+    for _ in range(64):
+        c = RawH2(url)
+        w = c.worker()
+        if len(kept[w]) < each:
+            kept[w].append(c)
+        else:
+            c.sock.close()
+        if all(len(v) == each for v in kept.values()):
+            return kept[0] + kept[1]
+    for v in kept.values():
+        for c in v:
+            c.sock.close()
+    raise AssertionError(f"64 connections did not reach both workers {each} times each")
+
+
 def test_sigterm_drains_every_worker_and_the_audit_logs_verify(
     workers: RunningServer, test_gov_key: tuple[SigningKey, Path]
 ) -> None:
@@ -348,9 +379,9 @@ def test_sigterm_drains_every_worker_and_the_audit_logs_verify(
 
     # Raw HTTP/2 (h2): httpx fails the streams still being read when the
     # GOAWAY that ends a drained connection arrives with their answers.
-    conns = [RawH2(workers.url) for _ in range(8)]
+    conns = on_both_workers(workers.url, 4)
     try:
-        assert {c.worker() for c in conns} == {0, 1}
+        assert sorted(c.worker() for c in conns) == [0] * 4 + [1] * 4
         sent = {c: c.discovers(10) for c in conns}
         workers.proc.send_signal(signal.SIGTERM)
         for c, sids in sent.items():
