@@ -15,14 +15,12 @@ as is). An AGTP scope (451) or zone (453) refusal is ``ErrForbidden``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from ans.protocol.errors import AgtpError, ErrorCode
 from ans.protocol.mcp_errors import McpUnsupportedVersion
 
-MAX_MESSAGE_CHARS = 300
-KEPT_HEADERS = frozenset({"retry-after", "www-authenticate", "allow"})
+from ..surfaces.rest_errors import RestError, bounded_message, kept_headers, with_retry_after
 
 # HTTP status -> (Err code, seconds before a retry as the seed says, or None).
 _BY_STATUS: dict[int, tuple[str, int | None]] = {
@@ -45,11 +43,7 @@ _BY_STATUS: dict[int, tuple[str, int | None]] = {
 _HTTP_STATUS = {408: 400, 413: 400, 422: 400, 451: 403, 453: 403, 500: 503}
 
 
-@dataclass(frozen=True, slots=True)
-class McpError:
-    status: int
-    body: dict[str, Any]
-    headers: tuple[tuple[str, str], ...] = ()
+McpError = RestError  # one registry error answer: HTTP status, body object, headers
 
 
 def mcp_error(exc: AgtpError, protocol_version: str | None) -> McpError:
@@ -62,18 +56,15 @@ def mcp_error(exc: AgtpError, protocol_version: str | None) -> McpError:
         fallback = ("ErrMalformedPayload", 5) if exc.status < 500 else ("ErrUnavailable", 1)
         name, retry = _BY_STATUS.get(exc.status, fallback)
     status = _HTTP_STATUS.get(exc.status, exc.status if 400 <= exc.status < 600 else 400)
-    headers = tuple((n, v) for n, v in exc.headers if n in KEPT_HEADERS)
+    headers = kept_headers(exc)
     for n, v in headers:
         if n == "retry-after" and v.isdigit():
             retry = int(v)
-    if status == 503 and not any(n == "retry-after" for n, _ in headers):
-        headers = (*headers, ("retry-after", str(retry or 1)))
-    message = exc.message
-    if len(message) > MAX_MESSAGE_CHARS:
-        message = message[: MAX_MESSAGE_CHARS - 3] + "..."
+    if status == 503:
+        headers = with_retry_after(headers, retry or 1)
     error: dict[str, Any] = {
         "code": name,
-        "message": message,
+        "message": bounded_message(exc.message),
         "retry_after": retry,
         "detail": str(exc.code),
         "protocol_version": protocol_version,

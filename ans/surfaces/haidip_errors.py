@@ -12,15 +12,11 @@ unexpected exception is never a 500: it is logged and answered 503
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 from ans.protocol.errors import AgtpError, BadRequest, ErrorCode
 
-MAX_MESSAGE_CHARS = 300
-KEPT_HEADERS = frozenset({"retry-after", "www-authenticate", "allow"})
-UNAVAILABLE_RETRY_AFTER = 1
+from .rest_errors import RestError, bounded_message, code_of, kept_headers, with_retry_after
 
 
 class HaidipCode(StrEnum):
@@ -96,13 +92,7 @@ _BY_STATUS: dict[int, HaidipCode] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class HaidipError:
-    """One HAIDIP error answer: HTTP status, body object, response headers."""
-
-    status: int
-    body: dict[str, Any]
-    headers: tuple[tuple[str, str], ...] = ()
+HaidipError = RestError  # one HAIDIP error answer: HTTP status, body object, headers
 
 
 def haidip_code(exc: AgtpError) -> HaidipCode:
@@ -110,12 +100,7 @@ def haidip_code(exc: AgtpError) -> HaidipCode:
     if exc.code == ErrorCode.AGENT_SUSPENDED:
         # DESCRIBE of a Suspended agent (503); a registration of one is a conflict
         return HaidipCode.CONFLICT if exc.status == 409 else HaidipCode.AGENT_SUSPENDED
-    by_code = _BY_CODE.get(str(exc.code))
-    if by_code is not None:
-        return by_code
-    if exc.status in _BY_STATUS:
-        return _BY_STATUS[exc.status]
-    return HaidipCode.INVALID_INPUT if exc.status < 500 else HaidipCode.UNAVAILABLE
+    return code_of(exc, _BY_CODE, _BY_STATUS, HaidipCode.INVALID_INPUT, HaidipCode.UNAVAILABLE)
 
 
 def haidip_error(exc: AgtpError, correlation_id: str) -> HaidipError:
@@ -123,15 +108,12 @@ def haidip_error(exc: AgtpError, correlation_id: str) -> HaidipError:
     status; ``Retry-After`` / ``WWW-Authenticate`` / ``Allow`` kept."""
     code = haidip_code(exc)
     status = HAIDIP_STATUS[code]
-    headers = tuple((n, v) for n, v in exc.headers if n in KEPT_HEADERS)
-    if status == 503 and not any(n == "retry-after" for n, _ in headers):
-        headers = (*headers, ("retry-after", str(UNAVAILABLE_RETRY_AFTER)))
-    message = exc.message
-    if len(message) > MAX_MESSAGE_CHARS:
-        message = message[: MAX_MESSAGE_CHARS - 3] + "..."
+    headers = kept_headers(exc)
+    if status == 503:
+        headers = with_retry_after(headers)
     error = {
         "code": str(code),
-        "message": message,
+        "message": bounded_message(exc.message),
         "correlation_id": correlation_id[:128],
         "detail": str(exc.code),
     }

@@ -14,19 +14,20 @@ logged and answered 503 ``unavailable``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 from ans.protocol.errors import AgtpError, ErrorCode
 
-# A message on the wire is at most this many characters (an AGTP message can
-# quote a parameter; the profile answer stays bounded whatever it quotes).
-MAX_MESSAGE_CHARS = 300
-# The core's response headers a profile answer keeps.
-KEPT_HEADERS = frozenset({"retry-after", "www-authenticate", "allow"})
-# Seconds a client waits before retrying a 503 that carries no Retry-After.
-UNAVAILABLE_RETRY_AFTER = 1
+from .rest_errors import (
+    MAX_MESSAGE_CHARS,
+    UNAVAILABLE_RETRY_AFTER,
+    RestError,
+    bounded_message,
+    code_of,
+    kept_headers,
+)
+
+__all__ = ["MAX_MESSAGE_CHARS", "ProfileCode", "ProfileError", "profile_code", "profile_error"]
 
 
 class ProfileCode(StrEnum):
@@ -83,25 +84,14 @@ _BY_STATUS: dict[int, ProfileCode] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class ProfileError:
-    """One profile error answer: HTTP status, body object, response headers."""
-
-    status: int
-    body: dict[str, Any]
-    headers: tuple[tuple[str, str], ...] = ()
+ProfileError = RestError  # one profile error answer: HTTP status, body object, headers
 
 
 def profile_code(exc: AgtpError) -> ProfileCode:
     """The profile code of a core failure (AGTP status and code)."""
     if exc.code == ErrorCode.AGENT_SUSPENDED and exc.status == 409:
         return ProfileCode.CONFLICT  # a registration of a Suspended agent
-    by_code = _BY_CODE.get(str(exc.code))
-    if by_code is not None:
-        return by_code
-    if exc.status in _BY_STATUS:
-        return _BY_STATUS[exc.status]
-    return ProfileCode.INVALID_REQUEST if exc.status < 500 else ProfileCode.UNAVAILABLE
+    return code_of(exc, _BY_CODE, _BY_STATUS, ProfileCode.INVALID_REQUEST, ProfileCode.UNAVAILABLE)
 
 
 def retry_after_of(exc: AgtpError) -> int | None:
@@ -120,16 +110,13 @@ def profile_error(exc: AgtpError, correlation_id: str) -> ProfileError:
     code = profile_code(exc)
     status = PROFILE_STATUS[code]
     retry_after = retry_after_of(exc)
-    headers = tuple((n, v) for n, v in exc.headers if n in KEPT_HEADERS)
+    headers = kept_headers(exc)
     if code is ProfileCode.UNAVAILABLE and retry_after is None:
         retry_after = UNAVAILABLE_RETRY_AFTER
         headers = (*headers, ("retry-after", str(retry_after)))
-    message = exc.message
-    if len(message) > MAX_MESSAGE_CHARS:
-        message = message[: MAX_MESSAGE_CHARS - 3] + "..."
     error = {
         "code": str(code),
-        "message": message,
+        "message": bounded_message(exc.message),
         "correlation_id": correlation_id,
         "retry_after": retry_after,
         "detail": str(exc.code),
