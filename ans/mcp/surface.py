@@ -35,7 +35,6 @@ import orjson
 import structlog
 
 from ans.protocol import jsonstrict
-from ans.protocol.binding import header_map
 from ans.protocol.errors import (
     AgtpError,
     AuthenticationFailed,
@@ -47,10 +46,11 @@ from ans.protocol.errors import (
 )
 from ans.protocol.mcp_errors import McpMalformed
 from ans.protocol.mcp_messages import MAX_MESSAGE_BYTES, parse_version
-from ans.protocol.messages import Identity, parse_identity, task_id_hint
+from ans.protocol.messages import Identity, parse_identity
 
 from ..asgi_types import ReadBody, Receive, Scope, Send
 from ..gate import REFUSED_AFTER_PARSING, Credentials, RequestGate
+from ..surfaces.intake import Intake
 from ..surfaces.profile_render import signed_document
 from .errors import mcp_error
 from .registry import ANNOUNCE, GET, LIST, QUERY, McpCaller, McpRegistry, McpReply
@@ -98,24 +98,20 @@ class McpSurface:
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer one HTTP request under the base path; never raises."""
-        client = scope.get("client")
-        address = str(client[0]) if client else None
-        correlation = f"req-{self.new_id()}"
+        intake = Intake.begin(scope, self.new_id)
         version: str | None = None
         try:
-            headers = header_map(scope["headers"])
-            correlation = task_id_hint(headers) or correlation
+            headers = intake.read_headers(scope)
             route = self.route(str(scope["method"]).upper(), str(scope["path"]))
             params = self.query_params(scope.get("query_string", b""))
             version = self.asked_version(params, headers)
-            self.gate.limit_address(route.method, Credentials(client_address=address), headers)
-            body = await self.read_body(receive, headers)
-            creds = Credentials.from_request(
-                headers, scope.get("extensions"), client_address=address
-            )
+            anonymous = Credentials(client_address=intake.address)
+            self.gate.limit_address(route.method, anonymous, headers)
+            body, creds = await intake.body_and_credentials(scope, receive, self.read_body)
         except Exception as exc:
-            await self._send(send, self.refusal(exc, version), correlation)
+            await self._send(send, self.refusal(exc, version), intake.correlation)
             return
+        correlation = intake.correlation
         reply = await self.answer(route, headers, params, body, creds, correlation, version)
         await self._send(send, reply, correlation)
 

@@ -38,7 +38,6 @@ from ans.governance.policy import DISCOVERY_QUERY, require_scope
 from ans.governance.profile_metadata import metadata_updated_at
 from ans.governance.signing import RESULT_SIGNATURE_FIELD, sign_document
 from ans.protocol import jsonstrict
-from ans.protocol.binding import header_map
 from ans.protocol.envelope import has_identity
 from ans.protocol.errors import (
     AgtpError,
@@ -62,7 +61,6 @@ from ans.protocol.messages import (
     parse_discover_params,
     parse_identity,
     query_digest,
-    task_id_hint,
 )
 from ans.protocol.scope import parse_authority_scope
 
@@ -85,6 +83,7 @@ from .haidip_render import (
     with_public_id,
 )
 from .haidip_upload import admit_card, audit_upload_off
+from .intake import Intake
 
 log = structlog.get_logger("ans.haidip")
 Answer = tuple[int, dict[str, Any] | None, tuple[tuple[str, str], ...]]
@@ -151,21 +150,17 @@ class HaidipSurface:
     # -- the ASGI side ---------------------------------------------------------------
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer one HTTP request this surface owns; never raises."""
-        client = scope.get("client")
-        address = str(client[0]) if client else None
-        correlation = f"req-{self.new_id()}"
+        intake = Intake.begin(scope, self.new_id)
         route: Route | None = None
         try:
-            headers = header_map(scope["headers"])
-            correlation = task_id_hint(headers) or correlation
+            headers = intake.read_headers(scope)
             route = self.route(str(scope["method"]).upper(), str(scope["path"]))
-            body = await self.read_body(receive, headers)
-            creds = Credentials.from_request(
-                headers, scope.get("extensions"), client_address=address
-            )
+            body, creds = await intake.body_and_credentials(scope, receive, self.read_body)
         except Exception as exc:
-            await self._send(send, *self.refusal(exc, correlation, route), correlation)
+            refusal = self.refusal(exc, intake.correlation, route)
+            await self._send(send, *refusal, intake.correlation)
             return
+        correlation = intake.correlation
         answer = await self.answer(route, headers, body, creds, correlation, scope)
         await self._send(send, *answer, correlation)
 

@@ -31,7 +31,6 @@ import structlog
 from ans.governance.audit import rfc3339
 from ans.governance.policy import requester_fields
 from ans.protocol import jsonstrict
-from ans.protocol.binding import header_map
 from ans.protocol.errors import (
     AgtpError,
     BadRequest,
@@ -49,7 +48,6 @@ from ans.protocol.messages import (
     parse_discover_params,
     parse_identity,
     query_digest,
-    task_id_hint,
 )
 
 from ..asgi_types import ReadBody, Receive, Scope, Send
@@ -58,6 +56,7 @@ from ..core.profile_view import profile_response
 from ..gate import REFUSED_AFTER_PARSING, Credentials, RequestGate
 from ..profile_metadata import profile_canonical_id
 from ..service import AnsService
+from .intake import Intake
 from .profile_errors import profile_error
 from .profile_render import agent_object, require_query, signed_document, signed_error
 
@@ -115,24 +114,20 @@ class ProfileSurface:
     # -- the ASGI side ---------------------------------------------------------------
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer one HTTP request under the base path; never raises."""
-        client = scope.get("client")
-        address = str(client[0]) if client else None
-        correlation = f"req-{self.new_id()}"
+        intake = Intake.begin(scope, self.new_id)
         route: Route | None = None
         try:
-            headers = header_map(scope["headers"])
-            correlation = task_id_hint(headers) or correlation
+            headers = intake.read_headers(scope)
             route = self.route(str(scope["method"]).upper(), str(scope["path"]))
-            body = await self.read_body(receive, headers)
-            creds = Credentials.from_request(
-                headers, scope.get("extensions"), client_address=address
-            )
+            body, creds = await intake.body_and_credentials(scope, receive, self.read_body)
         except Exception as exc:
-            status, out, extra = self.refusal(exc, correlation, route)
+            status, out, extra = self.refusal(exc, intake.correlation, route)
             if route is not None and route.signed:
-                self.gate.settle(Credentials(client_address=address), 0.0, False, signed=True)
-            await self._send(send, status, out, extra, correlation)
+                anonymous = Credentials(client_address=intake.address)
+                self.gate.settle(anonymous, 0.0, False, signed=True)
+            await self._send(send, status, out, extra, intake.correlation)
             return
+        correlation = intake.correlation
         status, out, extra = await self.answer(route, headers, body, creds, correlation, scope)
         await self._send(send, status, out, extra, correlation)
 
