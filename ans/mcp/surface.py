@@ -42,7 +42,6 @@ from ans.protocol.errors import (
     ErrorCode,
     NotFound,
     ServerError,
-    UnsupportedContentType,
 )
 from ans.protocol.mcp_errors import McpMalformed
 from ans.protocol.mcp_messages import MAX_MESSAGE_BYTES, parse_version
@@ -50,7 +49,7 @@ from ans.protocol.messages import Identity, parse_identity
 
 from ..asgi_types import ReadBody, Receive, Scope, Send
 from ..gate import REFUSED_AFTER_PARSING, Credentials, RequestGate
-from ..surfaces.intake import Intake
+from ..surfaces.intake import Intake, check_json_type
 from ..surfaces.profile_render import signed_document
 from .errors import mcp_error
 from .registry import ANNOUNCE, GET, LIST, QUERY, McpCaller, McpRegistry, McpReply
@@ -246,13 +245,7 @@ class McpSurface:
 
     @staticmethod
     def json_object(headers: Mapping[str, str], body: bytes, what: str) -> dict[str, Any]:
-        ctype = headers.get("content-type")
-        if ctype is not None:
-            base = ctype.split(";", 1)[0].strip().lower()
-            if base and base != "application/json" and not base.endswith("+json"):
-                raise UnsupportedContentType(
-                    f"Content-Type {base[:60]!r} is not supported; use application/json"
-                )
+        check_json_type(headers)
         if not body.strip():
             raise McpMalformed(f"the request body must be {what} (a JSON object)")
         try:

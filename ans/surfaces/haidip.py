@@ -37,16 +37,13 @@ from ans.governance.audit import rfc3339
 from ans.governance.policy import DISCOVERY_QUERY, require_scope
 from ans.governance.profile_metadata import metadata_updated_at
 from ans.governance.signing import RESULT_SIGNATURE_FIELD, sign_document
-from ans.protocol import jsonstrict
 from ans.protocol.envelope import has_identity
 from ans.protocol.errors import (
     AgtpError,
     ErrorCode,
-    InvalidBody,
     NotFound,
     ServerError,
     Unauthorized,
-    UnsupportedContentType,
 )
 from ans.protocol.haidip_card_view import card_of
 from ans.protocol.haidip_query import (
@@ -83,14 +80,13 @@ from .haidip_render import (
     with_public_id,
 )
 from .haidip_upload import admit_card, audit_upload_off
-from .intake import Intake
+from .intake import Intake, json_object
 
 log = structlog.get_logger("ans.haidip")
 Answer = tuple[int, dict[str, Any] | None, tuple[tuple[str, str], ...]]
 
 WELL_KNOWN = "/.well-known/agent-card.json"
 INVOKE_SUFFIX = "/invoke"
-JSON_TYPES = frozenset({"application/json"})
 MAX_AGENT_ID_CHARS = 512
 SOURCE = "haidip"
 # The gate's method names (its per-Agent-ID limit and the audit records).
@@ -451,19 +447,7 @@ class HaidipSurface:
         return with_public_id(card, str(manifest["canonical_id"]))
 
     def json_object(self, headers: Mapping[str, str], body: bytes, what: str) -> dict[str, Any]:
-        ctype = headers.get("content-type")
-        if ctype is not None:
-            base = ctype.split(";", 1)[0].strip().lower()
-            if base and base not in JSON_TYPES and not base.endswith("+json"):
-                raise UnsupportedContentType(
-                    f"Content-Type {base[:60]!r} is not supported; use application/json"
-                )
-        if not body.strip():
-            raise InvalidBody(f"the request body must be {what} (a JSON object)")
-        doc = jsonstrict.loads(body, max_bytes=self.service.limits.max_body_bytes)
-        if not isinstance(doc, dict):
-            raise InvalidBody(f"the request body must be {what} (a JSON object)")
-        return doc
+        return json_object(headers, body, what, self.service.limits.max_body_bytes)
 
     def refusal(self, exc: Exception, correlation: str, route: Route | None) -> Answer:
         if not isinstance(exc, AgtpError):

@@ -58,7 +58,6 @@ from ans.protocol.errors import (
     RateLimited,
     RequestTimeout,
     ServerError,
-    UnsupportedContentType,
     UnsupportedMethod,
 )
 from ans.protocol.messages import DescribeRequest, Identity, parse_identity
@@ -83,6 +82,7 @@ from .haidip_invoke_upstream import (
     unreachable,
     upstream_headers,
 )
+from .intake import check_json_type
 from .profile import Asking
 
 log = structlog.get_logger("ans.haidip.invoke")
@@ -95,7 +95,6 @@ AUDITED_CHARS = 256
 # (within DRAIN_SECONDS) so its connection stays usable; a larger one closes it.
 DRAIN_LIMIT = 64 * 1024
 DRAIN_SECONDS = 1.0
-JSON_TYPES = ("application/json",)
 
 
 class ClientGone(Exception):
@@ -515,11 +514,4 @@ def _content_length(headers: Mapping[str, str]) -> int | None:
 
 
 def _check_json_type(headers: Mapping[str, str]) -> None:
-    ctype = headers.get("content-type")
-    if ctype is None:
-        return
-    base = ctype.split(";", 1)[0].strip().lower()
-    if base and base not in JSON_TYPES and not base.endswith("+json"):
-        raise UnsupportedContentType(
-            f"Content-Type {base[:60]!r} is not supported; the gateway forwards application/json"
-        )
+    check_json_type(headers, "the gateway forwards application/json")

@@ -3,14 +3,18 @@ registry): the client's address, the correlation id (the caller's Task-ID
 when it sent one, else a fresh ``req-...``), the headers, then the bounded
 body and the caller's credentials. Each surface routes and checks what is
 its own in between; whatever fails on the way is answered with the surface's
-own error object under :attr:`Intake.correlation`."""
+own error object under :attr:`Intake.correlation`. Also the JSON body checks
+they share (:func:`check_json_type`, :func:`json_object`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+from ans.protocol import jsonstrict
 from ans.protocol.binding import header_map
+from ans.protocol.errors import InvalidBody, UnsupportedContentType
 from ans.protocol.messages import task_id_hint
 
 from ..asgi_types import ReadBody, Receive, Scope
@@ -46,3 +50,27 @@ class Intake:
             self.headers, scope.get("extensions"), client_address=self.address
         )
         return body, creds
+
+
+def check_json_type(headers: Mapping[str, str], hint: str = "use application/json") -> None:
+    """415 unless the Content-Type, when sent, is JSON (application/json or +json)."""
+    ctype = headers.get("content-type")
+    if ctype is None:
+        return
+    base = ctype.split(";", 1)[0].strip().lower()
+    if base and base != "application/json" and not base.endswith("+json"):
+        raise UnsupportedContentType(f"Content-Type {base[:60]!r} is not supported; {hint}")
+
+
+def json_object(
+    headers: Mapping[str, str], body: bytes, what: str, max_bytes: int
+) -> dict[str, Any]:
+    """The body as a strict JSON object (Content-Type JSON when sent; no
+    duplicate keys, NaN, or nesting beyond the bound): 400/415 otherwise."""
+    check_json_type(headers)
+    if not body.strip():
+        raise InvalidBody(f"the request body must be {what} (a JSON object)")
+    doc = jsonstrict.loads(body, max_bytes=max_bytes)
+    if not isinstance(doc, dict):
+        raise InvalidBody(f"the request body must be {what} (a JSON object)")
+    return doc

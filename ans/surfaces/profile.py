@@ -30,15 +30,12 @@ import structlog
 
 from ans.governance.audit import rfc3339
 from ans.governance.policy import requester_fields
-from ans.protocol import jsonstrict
 from ans.protocol.errors import (
     AgtpError,
     BadRequest,
     ErrorCode,
-    InvalidBody,
     NotFound,
     ServerError,
-    UnsupportedContentType,
 )
 from ans.protocol.messages import (
     DescribeRequest,
@@ -56,13 +53,12 @@ from ..core.profile_view import profile_response
 from ..gate import REFUSED_AFTER_PARSING, Credentials, RequestGate
 from ..profile_metadata import profile_canonical_id
 from ..service import AnsService
-from .intake import Intake
+from .intake import Intake, json_object
 from .profile_errors import profile_error
 from .profile_render import agent_object, require_query, signed_document, signed_error
 
 log = structlog.get_logger("ans.profile")
 
-JSON_TYPES = frozenset({"application/json"})
 MAX_AGENT_ID_CHARS = 512
 # The gate's method names for the three routes: its per-Agent-ID limit and
 # the audit records name them (a profile discover counts as a DISCOVER).
@@ -258,21 +254,7 @@ class ProfileSurface:
 
     # -- helpers -----------------------------------------------------------------------
     def json_object(self, headers: Mapping[str, str], body: bytes, what: str) -> dict[str, Any]:
-        """The body as a strict JSON object (Content-Type application/json
-        when sent; no duplicate keys, NaN, or nesting beyond the bound)."""
-        ctype = headers.get("content-type")
-        if ctype is not None:
-            base = ctype.split(";", 1)[0].strip().lower()
-            if base and base not in JSON_TYPES and not base.endswith("+json"):
-                raise UnsupportedContentType(
-                    f"Content-Type {base[:60]!r} is not supported; use application/json"
-                )
-        if not body.strip():
-            raise InvalidBody(f"the request body must be {what} (a JSON object)")
-        doc = jsonstrict.loads(body, max_bytes=self.service.limits.max_body_bytes)
-        if not isinstance(doc, dict):
-            raise InvalidBody(f"the request body must be {what} (a JSON object)")
-        return doc
+        return json_object(headers, body, what, self.service.limits.max_body_bytes)
 
     def refusal(
         self, exc: Exception, correlation: str, route: Route | None
