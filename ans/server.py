@@ -46,6 +46,17 @@ from .wiring import INDEX_DIR
 log = structlog.get_logger("ans.server")
 
 
+class CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """A handler writing to ``sys.stderr`` as it is when a line is written, not
+    as it was when logging was configured: a stream replaced since (a test
+    harness's capture, closed afterwards) would make every later line from any
+    thread fail with "I/O operation on closed file"."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
 def configure_logging(level: str = "info", fmt: str = "console") -> None:
     """Operational logs (structlog) go to stderr; the audit log is separate."""
     lvl = getattr(logging, level.upper(), logging.INFO)
@@ -56,7 +67,7 @@ def configure_logging(level: str = "info", fmt: str = "console") -> None:
     )
     # Lines of the standard library's loggers (hypercorn's, asyncio's) are
     # rendered like ours, so a --log-format json stream holds JSON lines only.
-    handler = logging.StreamHandler(sys.stderr)
+    handler = CurrentStderr()
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
