@@ -156,9 +156,7 @@ class Discovery:
         DISCOVER ~1 s at 1M agents and, by touching every canonical id, made
         private copies of most of the shared heap."""
         with self.index.lock:
-            self.index.registry.linked(
-                np.zeros(0, dtype=np.int64), *_assignments(self.ctx.matcher)
-            )
+            self.index.registry.linked(np.zeros(0, dtype=np.int64), *_assignments(self.ctx.matcher))
 
     def local(self, req: DiscoverRequest) -> LocalAnswer:
         """The gate-passing local matches, ranked (and routed when
