@@ -131,6 +131,27 @@ def make_ans(embedder: Any, gov_key: SigningKey) -> Iterator[Callable[..., Any]]
             svc.store.close()
 
 
+def client_cert_pem(uri: str, now: dt.datetime) -> str:
+    """A self-signed P-256 client certificate whose SAN is ``uri`` (an agent
+    id, for mTLS mode), valid a day either side of ``now``, as PEM."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "client")])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now - dt.timedelta(days=1))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.UniformResourceIdentifier(uri)]), critical=False
+        )
+        .sign(key, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.PEM).decode()
+
+
 def write_self_signed(directory: Path, stem: str = "") -> tuple[Path, Path]:
     """A self-signed P-256 certificate for 127.0.0.1 (also its own CA) and its
     key, written as PEM files into ``directory``: (cert path, key path)."""

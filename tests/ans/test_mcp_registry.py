@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from tests.ans.test_mcp_support import (
     make_world_factory,
     mint,
 )
+from tests.conftest import client_cert_pem
 
 BASE = "/mcp/v1"
 
@@ -393,28 +394,7 @@ def test_an_unadmissible_agent_is_refused_before_its_key_is_pinned(make_world: A
 
 
 def _client_cert(uri: str) -> str:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "orchestrator")])
-    now = datetime(2026, 11, 21, tzinfo=UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(1)
-        .not_valid_before(now - timedelta(days=1))
-        .not_valid_after(now + timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.UniformResourceIdentifier(uri)]), critical=False
-        )
-        .sign(key, hashes.SHA256())
-    )
-    return cert.public_bytes(serialization.Encoding.PEM).decode()
+    return client_cert_pem(uri, datetime(2026, 11, 21, tzinfo=UTC))
 
 
 def test_mtls_mode_binds_the_caller_to_its_client_certificate(make_world: Any) -> None:

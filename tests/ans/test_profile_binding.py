@@ -31,6 +31,7 @@ from ans.gate import RequestGate
 from ans.matcher import CapabilityIndex
 from ans.service import AnsService
 from ans.store import SQLiteStore
+from tests.conftest import client_cert_pem
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 ISSUER = "https://governance.example"
@@ -423,27 +424,7 @@ def test_token_mode_needs_a_bearer_token(make_world: Any) -> None:
 
 
 def _cert(uri: str) -> str:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "c")])
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(1)
-        .not_valid_before(NOW - timedelta(days=1))
-        .not_valid_after(NOW + timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.UniformResourceIdentifier(uri)]), critical=False
-        )
-        .sign(key, hashes.SHA256())
-    )
-    return cert.public_bytes(serialization.Encoding.PEM).decode()
+    return client_cert_pem(uri, NOW)
 
 
 def test_mtls_mode_binds_agent_id_to_the_client_certificate(make_world: Any) -> None:
