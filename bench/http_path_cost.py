@@ -34,7 +34,7 @@ from typing import Any
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import query_profile as qp
-from load import discover_once, stop_proc, wait_healthy
+from load import discover_once, floor_process, stop_proc, wait_healthy
 
 from tools.launcher import start_server, stop_server
 
@@ -78,16 +78,7 @@ def start_floor(body: Path, config: Path, defences: bool) -> tuple[subprocess.Po
         + f"sys.argv = [{str(FLOOR)!r}, '--body', {str(body)!r}, '--config', {str(config)!r}]\n"
         + f"runpy.run_path({str(FLOOR)!r}, run_name='__main__')\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if line.startswith("FLOOR listening on "):
-            url = line.split()[-1]
-            wait_healthy(url, 30)
-            return proc, url
-    raise RuntimeError("the floor did not start")
+    return floor_process([sys.executable, "-c", code])
 
 
 def defences_cost(n: int, cache: Path, rounds: int, duration: float) -> dict[str, Any]:

@@ -151,9 +151,16 @@ def start_ans(
 def start_floor(
     body: Path, config: Path, workers: int = 1
 ) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
+    return floor_process(
         [PY, str(BENCH / "floor_app.py"), "--body", str(body), "--config", str(config),
-         "--workers", str(workers)],
+         "--workers", str(workers)]
+    )
+
+
+def floor_process(cmd: list[str]) -> tuple[subprocess.Popen[str], str]:
+    """Run a floor command; (the process, its URL) once it answers /healthz."""
+    proc = subprocess.Popen(
+        cmd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
