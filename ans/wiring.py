@@ -35,6 +35,8 @@ from .datadir_lock import DataDirLock, WritersLock
 from .follower import Follower
 from .freshness_runner import FreshnessRunner
 from .gate import RequestGate
+from .index.embedder import embedder_fingerprint
+from .index.facet_file import FACET_FILE, FacetFile
 from .matcher import (
     CapabilityIndex,
     CapabilityProfile,
@@ -315,8 +317,12 @@ def _assemble(
     # Committed changes a crash left without their record, in every worker's log.
     recover_workers(store, config.data_dir, audit, worker_audit(config, clock))
     profiles = StoreProfiles(store)
+    embedder = embedder or WordLlamaEmbedder()
     matcher, snapshot = _load_index(
-        config.data_dir / INDEX_DIR, embedder or WordLlamaEmbedder(), store, config.index, profiles
+        config.data_dir / INDEX_DIR, embedder, store, config.index, profiles
+    )
+    matcher.facet_file = FacetFile(
+        config.data_dir / FACET_FILE, embedder_fingerprint(embedder), embedder.dim
     )
     service = AnsService(
         config=config,

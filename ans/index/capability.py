@@ -47,6 +47,7 @@ from . import snapshot
 from .approximate import AnnMode
 from .embedder import Embedder, QueryVectors, Vectors
 from .equivalence import equivalence
+from .facet_file import FacetFile
 from .int8_rows import query_codes, similarities
 from .profiles import (
     ALL_DOMAINS,
@@ -143,6 +144,8 @@ class CapabilityIndex:
         self._facets = FacetCache()
         self._queries = QueryVectors(embedder, query_cache)
         self._source = profile_source
+        # every agent's facet sums on disk (restricted queries); None: re-embed
+        self.facet_file: FacetFile | None = None
         self.dirty = False  # changed since the last save()/load()
 
     def __len__(self) -> int:
@@ -191,6 +194,9 @@ class CapabilityIndex:
             self._ann.add(self._table, [slot])
             self.dirty = True
             self._ann.maybe_switch(self._table)
+            digest = int(self._table.digest[slot])
+        if self.facet_file is not None:
+            self.facet_file.put([(profile.canonical_id, digest, vecs.facet_sums)])
 
     def upsert_many(self, items: Sequence[tuple[CapabilityProfile, ProfileVectors]]) -> None:
         """Many agents at once (bulk import, cold start): postings are merged in one
@@ -203,6 +209,11 @@ class CapabilityIndex:
             self._ann.add(self._table, slots)
             self.dirty = True
             self._ann.maybe_switch(self._table)
+            digests = self._table.digest[slots].tolist()
+        if self.facet_file is not None:
+            self.facet_file.put(
+                (p.canonical_id, d, v.facet_sums) for (p, v), d in zip(items, digests, strict=True)
+            )
 
     def remove(self, canonical_id: str) -> None:
         with self._lock:
@@ -212,6 +223,8 @@ class CapabilityIndex:
             self._ann.forget(self._table, slot)
             self._table.release(canonical_id)
             self.dirty = True
+        if self.facet_file is not None:
+            self.facet_file.forget([canonical_id])
 
     def build_ann(self) -> None:
         """(Re)build the approximate indices over every indexed agent."""
@@ -317,7 +330,7 @@ class CapabilityIndex:
         ctx = t.ctx.scan(qc, n) if full else t.ctx.scan_rows(qc, cand)
         if restricted_to is not None:
             facets = self._facets.capability(
-                t, cand, restricted_to, self._profiles_of, self.embed_profiles
+                t, cand, restricted_to, self._profiles_of, self.embed_profiles, self.facet_file
             )
             cap = similarities(facets, q)
         else:

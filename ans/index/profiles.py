@@ -8,6 +8,7 @@ the one batched embedder call that turns profiles into :class:`ProfileVectors`.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -102,6 +103,19 @@ class ProfileVectors:
     facet_sums: Vectors  # (len(FACETS), dim): token-vector sums
     facet_counts: Vectors  # (len(FACETS),)
     examples: Vectors  # (n_examples, dim), normalized
+
+
+def profile_digest(profile: CapabilityProfile) -> int:
+    """A 63-bit digest (never 0) of the text a profile's facet sums are embedded
+    from: its facet texts and examples. Equal digests, equal facet sums."""
+    h = hashlib.blake2b(digest_size=8)
+    for f in FACETS:
+        h.update(profile.facets.get(f, "").encode())
+        h.update(b"\x1f")
+    for ex in profile.examples:
+        h.update(b"\x1e")
+        h.update(ex.text.encode())
+    return (int.from_bytes(h.digest(), "big") >> 1) | 1
 
 
 ProfileSource = Callable[[Sequence[str]], Mapping[str, CapabilityProfile]]

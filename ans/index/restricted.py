@@ -19,7 +19,8 @@ import numpy as np
 import numpy.typing as npt
 
 from .embedder import Vectors, normalize_rows
-from .profiles import FACET_INDEX, FACETS, CapabilityProfile, ProfileVectors
+from .facet_file import FacetFile, stored_precision
+from .profiles import FACET_INDEX, FACETS, CapabilityProfile, ProfileVectors, profile_digest
 from .scoring import LexicalHits, TagPasses, fuse, weight_sums
 from .slots import Slots, SlotTable
 
@@ -27,6 +28,9 @@ DOMAIN_CACHE = 4096  # per-agent facet sums kept for capability_domains queries
 # A capability_domains query re-embeds the allowed facets of this many of its
 # best candidates (by the all-facet score); the rest are not scored.
 RESTRICTED_RERANK = 64
+
+
+FULL = np.ones(len(FACETS), dtype=bool)  # every facet
 
 
 def facet_mask(allowed: set[str]) -> npt.NDArray[np.float32]:
@@ -54,10 +58,13 @@ class FacetCache:
         allowed: set[str],
         profiles_of: Callable[[Sequence[str]], Mapping[str, CapabilityProfile]],
         embed_profiles: Callable[[Sequence[CapabilityProfile]], list[ProfileVectors]],
+        stored: FacetFile | None = None,
     ) -> Vectors:
         """Unit capability vectors of the slots over the description and the allowed
-        facets only, re-embedded from the agents' profiles (cached per agent).
-        Facets not allowed count 0 whether their sums are known or not."""
+        facets only. Facet sums come from this cache, else from ``stored`` (the
+        facet-sums file, one read for all the slots), else are re-embedded from the
+        agents' profiles (and written to ``stored``). Facets not allowed count 0
+        whether their sums are known or not."""
         nf = len(FACETS)
         keep = facet_mask(allowed)
         wanted = keep > 0
@@ -73,23 +80,63 @@ class FacetCache:
                 sums[i] = hit[0]
             else:
                 need.append((i, cid, hit))
-        if need:
-            profiles = profiles_of([cid for _, cid, _ in need])
-            got = [(i, cid, hit, profiles[cid]) for i, cid, hit in need if cid in profiles]
-            if got:
-                vecs = embed_profiles([only_facets(p, wanted) for _, _, _, p in got])
-                for (i, cid, hit, _), v in zip(got, vecs, strict=True):
-                    filled = wanted.copy()
-                    merged = v.facet_sums
-                    if hit is not None:  # keep what an earlier query embedded
-                        merged = np.where(wanted[:, None], v.facet_sums, hit[0])
-                        filled |= hit[1]
-                    sums[i] = merged
-                    key = (cid, table.generation.get(table.slot_of.get(cid, -1), 0))
-                    self._sums[key] = (merged, filled)
-                while len(self._sums) > self._size:
-                    self._sums.popitem(last=False)
+        if need and stored is not None:
+            digests = {cid: int(table.digest[slots[i]]) for i, cid, _ in need}
+            found = stored.get({c: d for c, d in digests.items() if d})
+            for i, cid, _ in need:
+                if cid in found:
+                    sums[i] = found[cid]
+                    self._keep(table, cid, found[cid], FULL)
+            need = [x for x in need if x[1] not in found]
+            if need:
+                embedded = self._embed([c for _, c, _ in need], FULL, profiles_of, embed_profiles)
+                rows = []
+                for i, cid, _ in need:
+                    if cid in embedded:
+                        digest, got = embedded[cid]
+                        sums[i] = got = stored_precision(got)
+                        self._keep(table, cid, got, FULL)
+                        if not digests[cid]:  # a slot from an older snapshot: learn it
+                            table.digest[slots[i]] = digest
+                        rows.append((cid, digest, got))  # keyed by what was embedded
+                stored.put(rows)
+        elif need:
+            embedded = self._embed([c for _, c, _ in need], wanted, profiles_of, embed_profiles)
+            for i, cid, hit in need:
+                if cid not in embedded:
+                    continue
+                filled, merged = wanted.copy(), embedded[cid][1]
+                if hit is not None:  # keep what an earlier query embedded
+                    merged = np.where(wanted[:, None], merged, hit[0])
+                    filled |= hit[1]
+                sums[i] = merged
+                self._keep(table, cid, merged, filled)
         return normalize_rows(np.einsum("nfd,f->nd", sums, keep))
+
+    @staticmethod
+    def _embed(
+        ids: list[str],
+        wanted: npt.NDArray[np.bool_],
+        profiles_of: Callable[[Sequence[str]], Mapping[str, CapabilityProfile]],
+        embed_profiles: Callable[[Sequence[CapabilityProfile]], list[ProfileVectors]],
+    ) -> dict[str, tuple[int, Vectors]]:
+        """(profile digest, the ``wanted`` facet sums, the others 0) of those of
+        ``ids`` whose profile the source has, re-embedded."""
+        profiles = profiles_of(ids)
+        got = [profiles[c] for c in ids if c in profiles]
+        vecs = embed_profiles([only_facets(p, wanted) for p in got])
+        return {
+            p.canonical_id: (profile_digest(p), v.facet_sums)
+            for p, v in zip(got, vecs, strict=True)
+        }
+
+    def _keep(
+        self, table: SlotTable, cid: str, sums: Vectors, filled: npt.NDArray[np.bool_]
+    ) -> None:
+        key = (cid, table.generation.get(table.slot_of.get(cid, -1), 0))
+        self._sums[key] = (sums, filled)
+        while len(self._sums) > self._size:
+            self._sums.popitem(last=False)
 
 
 def only_facets(profile: CapabilityProfile, wanted: npt.NDArray[np.bool_]) -> CapabilityProfile:

@@ -21,7 +21,7 @@ from ..lexical import LexicalIndex
 from ..postings import SlotPostings
 from .embedder import normalize_rows
 from .int8_rows import QRows
-from .profiles import FACET_INDEX, FACETS, CapabilityProfile, ProfileVectors
+from .profiles import FACET_INDEX, FACETS, CapabilityProfile, ProfileVectors, profile_digest
 
 Slots = npt.NDArray[np.int64]
 
@@ -43,6 +43,9 @@ class SlotTable:
         self.has_examples = np.zeros(0, dtype=bool)
         self.n_tags = np.zeros(0, dtype=np.int16)
         self.alive = np.zeros(0, dtype=bool)  # slot holds an indexed agent
+        # digest of the profile text each slot was embedded from (0: unknown), the
+        # key of its row in the facet-sums file (:mod:`.facet_file`)
+        self.digest = np.zeros(0, dtype=np.int64)
         self.slot_of: dict[str, int] = {}
         self.id_of: list[str | None] = []
         self.free: list[int] = []
@@ -115,6 +118,7 @@ class SlotTable:
         self.ctx.set(slot, normalize_rows(vecs.facet_sums[FACET_INDEX["description"]]))
         self.cap.set(slot, normalize_rows(vecs.facet_sums.sum(axis=0)))
         self._flags(slot, profile, vecs)
+        self.digest[slot] = profile_digest(profile)
         self.tags.put(slot, self._tag_postings(profile))
         self.lexical.upsert(slot, [profile.facets.get(f, "") for f in FACETS])
 
@@ -128,6 +132,7 @@ class SlotTable:
         self.cap.set(arr, normalize_rows(facet_sums.sum(axis=1)))
         for slot, (profile, vecs) in zip(slots, items, strict=True):
             self._flags(slot, profile, vecs)
+            self.digest[slot] = profile_digest(profile)
         self.tags.add_many(slots, [self._tag_postings(p) for p, _ in items])
         self.lexical.upsert_many(slots, [[p.facets.get(f, "") for f in FACETS] for p, _ in items])
 
@@ -153,7 +158,10 @@ class SlotTable:
             tags[: len(self.n_tags)] = self.n_tags
             alive = np.zeros(cap, dtype=bool)
             alive[: len(self.alive)] = self.alive
+            digest = np.zeros(cap, dtype=np.int64)
+            digest[: len(self.digest)] = self.digest
             self.has_examples, self.n_tags, self.alive = has, tags, alive
+            self.digest = digest
         self.id_of.append(None)
         return slot
 
@@ -166,6 +174,7 @@ class SlotTable:
         self.cap.clear(slot)
         self.has_examples[slot] = False
         self.n_tags[slot] = 0
+        self.digest[slot] = 0
 
     def release(self, cid: str) -> int | None:
         """Forget ``cid`` and free its slot (returned; None if it was not indexed)."""

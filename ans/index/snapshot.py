@@ -56,6 +56,7 @@ def write(
         **table.cap.state("cap", n),
         "has_examples": table.has_examples[:n],
         "n_tags": table.n_tags[:n],
+        "digest": table.digest[:n],
         **{f"tag_{k}": v for k, v in table.tags.state().items()},
         **{f"lex_{k}": v for k, v in table.lexical.state().items()},
         **table.examples.state(),
@@ -117,6 +118,12 @@ def read(directory: Path, embedder: Embedder) -> Snapshot | None:
     table.cap = QRows.restore(dim, "cap", arrays)
     table.has_examples = np.asarray(arrays["has_examples"], dtype=bool)
     table.n_tags = np.asarray(arrays["n_tags"], dtype=np.int16)
+    # absent from snapshots written before the facet-sums file: unknown (0), so
+    # restricted queries re-embed those agents (and fill the file) once
+    saved = arrays.get("digest")
+    table.digest = (
+        np.asarray(saved, dtype=np.int64) if saved is not None else np.zeros(n, dtype=np.int64)
+    )
     table.tags = SlotPostings.restore(
         0, doc["tag_keys"], {k[4:]: v for k, v in arrays.items() if k.startswith("tag_")}
     )
@@ -126,7 +133,7 @@ def read(directory: Path, embedder: Embedder) -> Snapshot | None:
         {k[4:]: v for k, v in arrays.items() if k.startswith("lex_")},
     )
     table.examples = ExampleBlocks.restore(doc["example_dims"], arrays)
-    if not (len(table.ctx) == len(table.cap) == len(table.has_examples) == n):
+    if not (len(table.ctx) == len(table.cap) == len(table.has_examples) == len(table.digest) == n):
         return None
     table.id_of = ids
     table.slot_of = {c: s for s, c in enumerate(ids) if c is not None}

@@ -1,0 +1,204 @@
+"""Every indexed agent's facet sums, on disk: what a ``capability_domains``
+query would otherwise re-embed.
+
+A restricted query scores its best candidates by a capability vector over the
+allowed facets only, built from the per-facet token-vector sums. Holding those
+sums in memory for a million agents would cost ~7 GB, so the index keeps only
+the whole-document vector and, before this file, re-read and re-embedded the
+profiles of a restricted query's 64 candidates on every such query (15-25 ms of
+CPU at 10k agents, most of a worker's time on that 10% of queries).
+
+Whoever embeds an agent (import, the ACTIVATE writer, a worker's follower, the
+cold start) writes its sums here; a restricted query reads its candidates'
+sums with one indexed read and re-embeds only what is missing (then writes it,
+so a data dir from before this file fills itself). Each row carries the digest
+of the profile text it was embedded from (:func:`.profiles.profile_digest`);
+the index keeps every slot's digest, so a row of an older version of the
+agent is never used. The embedder's fingerprint is kept too: another model
+empties the file.
+
+The file is a cache, never the registry's truth: a missing, damaged or
+locked file costs re-embedding, never an answer. Rows are int16 codes with a
+scale per facet (3.6 KB an agent): scores move by <= 2e-5 and no top 10 changed
+order on 1,120 restricted queries (docs/query-profile.md). One SQLite file (WAL)
+in the data dir, shared by every worker; each process opens its own connection
+(a forked worker reopens on first use). Thread-safe.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import structlog
+
+from .profiles import FACETS
+
+log = structlog.get_logger("ans.index.facet_file")
+
+FACET_FILE = "facet-sums.sqlite"
+LEVELS = 32767  # int16 codes per facet: code = round(sum / facet max * LEVELS)
+CHUNK = 500  # ids per SELECT (SQLite's bound-parameter limit is 32766; keep it small)
+BUSY_MS = 200  # a writer holding the file longer costs a re-embed, not a wait
+# 16 KB pages hold four 3.6 KB rows each (a 4 KB page holds one, plus an
+# overflow page); a rowid table keeps the rows in its leaves (WITHOUT ROWID
+# would push every row to overflow pages): 4.7 -> ~3.8 KB an agent on disk.
+PAGE_SIZE = 16384
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS sums ("
+    " canonical_id TEXT NOT NULL UNIQUE, digest INTEGER NOT NULL, sums BLOB NOT NULL)",
+)
+
+FacetSums = npt.NDArray[np.float32]  # (len(FACETS), dim)
+
+
+def encode(sums: npt.NDArray[np.float32]) -> bytes:
+    """A row: per facet its largest magnitude (float32), then every value as an
+    int16 code of it (error <= 1.5e-5 of that magnitude)."""
+    sums = np.asarray(sums, dtype=np.float32)
+    scale = np.abs(sums).max(axis=1)
+    codes = np.rint(sums * (LEVELS / np.where(scale > 0, scale, 1.0))[:, None])
+    row: bytes = scale.astype("<f4").tobytes() + codes.astype("<i2").tobytes()
+    return row
+
+
+def decode(row: bytes, shape: tuple[int, int]) -> FacetSums:
+    scale = np.frombuffer(row, dtype="<f4", count=shape[0])
+    codes = np.frombuffer(row, dtype="<i2", offset=4 * shape[0]).reshape(shape)
+    return (codes.astype(np.float32) * (scale / LEVELS)[:, None]).astype(np.float32)
+
+
+def stored_precision(sums: npt.NDArray[np.float32]) -> FacetSums:
+    """``sums`` as a row of the file reads back: a restricted query scores the
+    same whether its candidates' sums were just embedded or read."""
+    return decode(encode(sums), sums.shape)
+
+
+class FacetFile:
+    """The facet sums of agents, keyed by canonical id and profile digest."""
+
+    def __init__(self, path: Path, fingerprint: str, dim: int) -> None:
+        self.path = Path(path)
+        self._fingerprint = fingerprint
+        self._shape = (len(FACETS), dim)
+        self._row_bytes = len(FACETS) * (4 + 2 * dim)
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        self._pid = -1
+        self._broken = False
+
+    # -- connection --------------------------------------------------------------------
+    def _conn(self) -> sqlite3.Connection | None:
+        """This process's connection (opened, and the schema checked, on first use)."""
+        if self._broken:
+            return None
+        if self._db is not None and self._pid == os.getpid():
+            return self._db
+        self._db = None  # a forked child never uses its parent's connection
+        try:
+            db = sqlite3.connect(
+                self.path, timeout=BUSY_MS / 1000, isolation_level="IMMEDIATE",
+                check_same_thread=False,
+            )
+            db.execute(f"PRAGMA page_size={PAGE_SIZE}")  # a new file only
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")  # a cache: no fsync per commit
+            for sql in _SCHEMA:
+                db.execute(sql)
+            row = db.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
+            if row is None or row[0] != self._fingerprint:
+                with db:  # BEGIN IMMEDIATE ... COMMIT
+                    db.execute("DELETE FROM sums")
+                    db.execute(
+                        "INSERT OR REPLACE INTO meta (key, value) VALUES ('embedder', ?)",
+                        (self._fingerprint,),
+                    )
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                return None  # another process is writing: try again next time
+            self._give_up("open", exc)
+            return None
+        except sqlite3.Error as exc:
+            self._give_up("open", exc)
+            return None
+        self._db, self._pid = db, os.getpid()
+        return db
+
+    def _give_up(self, what: str, exc: Exception) -> None:
+        """A damaged or unwritable file: restricted queries re-embed from now on."""
+        self._broken = True
+        log.warning("facet-sums file unusable; restricted queries re-embed",
+                    path=str(self.path), during=what, error=str(exc)[:200])
+
+    @contextmanager
+    def _using(self, what: str) -> Iterator[sqlite3.Connection | None]:
+        """This process's connection under the lock (None: unusable). A busy or
+        locked file skips the operation; any other SQLite error gives up on the
+        file for good."""
+        with self._lock:
+            db = self._conn()
+            try:
+                yield db
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    self._give_up(what, exc)
+            except sqlite3.Error as exc:
+                self._give_up(what, exc)
+
+    # -- reads and writes --------------------------------------------------------------
+    def get(self, wanted: Mapping[str, int]) -> dict[str, FacetSums]:
+        """The sums of those of ``wanted`` (canonical id -> profile digest) whose
+        row is of that digest; a busy file reads as empty."""
+        out: dict[str, FacetSums] = {}
+        ids = list(wanted)
+        with self._using("read") as db:
+            for a in range(0, len(ids) if db is not None else 0, CHUNK):
+                part = ids[a : a + CHUNK]
+                marks = ",".join("?" * len(part))  # placeholders only: ids are bound
+                rows = db.execute(  # type: ignore[union-attr]
+                    f"SELECT canonical_id, digest, sums FROM sums WHERE canonical_id IN ({marks})",  # noqa: S608
+                    part,
+                ).fetchall()
+                for cid, digest, blob in rows:
+                    if digest == wanted.get(cid) and len(blob) == self._row_bytes:
+                        out[cid] = decode(blob, self._shape)
+        return out
+
+    def put(self, rows: Iterable[tuple[str, int, FacetSums]]) -> None:
+        """Write (canonical id, profile digest, facet sums) rows in one
+        transaction; a busy file skips them (re-embedded when a query needs them)."""
+        params = [
+            (cid, digest, encode(sums))
+            for cid, digest, sums in rows
+            if digest
+        ]
+        if not params:
+            return
+        with self._using("write") as db:
+            if db is not None:
+                with db:  # BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on an error
+                    db.executemany(
+                        "INSERT OR REPLACE INTO sums (canonical_id, digest, sums) VALUES (?, ?, ?)",
+                        params,
+                    )
+
+    def forget(self, canonical_ids: Iterable[str]) -> None:
+        """Drop the rows of agents that left the index (best effort)."""
+        ids = [(c,) for c in canonical_ids]
+        with self._using("delete") as db:
+            if db is not None and ids:
+                with db:
+                    db.executemany("DELETE FROM sums WHERE canonical_id = ?", ids)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None and self._pid == os.getpid():
+                self._db.close()
+            self._db = None
