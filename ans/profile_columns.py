@@ -1,8 +1,9 @@
 """The efficient-discovery profile's hard filters, by registry slot.
 
 Per indexed agent (:class:`ans.governance.profile_metadata.ProfileAttrs`):
-its normalized tags, binding protocols and declared regions as postings
-(value -> set of slots), its ``expires_at`` and its metadata's ``updated_at``
+its normalized tags, binding protocols and declared regions as value codes
+by slot and postings by value (:class:`MultiColumn`: int32 arrays, no Python
+object per agent), its ``expires_at`` and its metadata's ``updated_at``
 as float64 epoch columns. :meth:`ProfileColumns.apply` narrows the registry's
 gate mask, vectorized, so that these filters act with the other hard gates —
 before the relevance shortlist, which is taken among the agents every hard
@@ -32,29 +33,133 @@ import numpy.typing as npt
 from ans.governance.profile_metadata import ProfileAttrs
 from ans.protocol.request_types import ProfileParams
 
-Postings = dict[str, set[int]]
+Slots = npt.NDArray[np.int32]
 
 
-def _add(postings: Postings, values: tuple[str, ...], slot: int) -> None:
-    for v in values:
-        postings.setdefault(v, set()).add(slot)
+class MultiColumn:
+    """One multi-valued attribute (tags, protocols or regions) of every slot.
 
+    A million agents hold these, so nothing is a Python object per agent: the
+    values are interned once (value <-> int32 code); each slot's codes are a
+    row of a ``width``-wide int32 matrix (-1: empty; a slot with more values
+    than ``width`` keeps its codes in a small spill dict), and each value's
+    slots a sorted int32 posting array. A single write updates the postings in
+    place; a bulk write (:meth:`set_many`, start-up) marks them stale and they
+    are rebuilt from the matrix, in one sort, before the next read."""
 
-def _drop(postings: Postings, values: tuple[str, ...], slot: int) -> None:
-    for v in values:
-        held = postings.get(v)
-        if held is not None:
-            held.discard(slot)
-            if not held:
-                del postings[v]
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self.values: list[str] = []
+        self.code_of: dict[str, int] = {}
+        self._mat = np.full((0, width), -1, dtype=np.int32)
+        self._spill: dict[int, tuple[int, ...]] = {}
+        self._post: list[Slots] = []
+        self._stale = False
+
+    def grow(self, size: int) -> None:
+        cap = self._mat.shape[0]
+        if size > cap:
+            mat = np.full((size, self.width), -1, dtype=np.int32)
+            mat[:cap] = self._mat
+            self._mat = mat
+
+    def _code(self, value: str) -> int:
+        c = self.code_of.get(value)
+        if c is None:
+            c = len(self.values)
+            value = sys.intern(value)
+            self.values.append(value)
+            self.code_of[value] = c
+            self._post.append(np.zeros(0, dtype=np.int32))
+        return c
+
+    def codes(self, slot: int) -> tuple[int, ...]:
+        spilled = self._spill.get(slot)
+        if spilled is not None:
+            return spilled
+        if slot >= self._mat.shape[0]:
+            return ()
+        return tuple(c for c in self._mat[slot].tolist() if c >= 0)
+
+    def get(self, slot: int) -> tuple[str, ...]:
+        return tuple(self.values[c] for c in self.codes(slot))
+
+    def _write(self, slot: int, codes: tuple[int, ...]) -> None:
+        self._spill.pop(slot, None)
+        row = self._mat[slot]
+        row[:] = -1
+        if len(codes) > self.width:
+            self._spill[slot] = codes
+        else:
+            row[: len(codes)] = codes
+
+    def set(self, slot: int, values: tuple[str, ...]) -> None:
+        """The slot's values (in order; () to clear); its postings follow."""
+        self.grow(slot + 1)
+        old = self.codes(slot)
+        new = tuple(self._code(v) for v in values)
+        self._write(slot, new)
+        if self._stale or old == new:
+            return
+        for c in set(old) - set(new):
+            post = self._post[c]
+            at = int(np.searchsorted(post, slot))
+            if at < len(post) and post[at] == slot:
+                self._post[c] = np.delete(post, at)
+        for c in set(new) - set(old):
+            post = self._post[c]
+            at = int(np.searchsorted(post, slot))
+            if at == len(post) or post[at] != slot:
+                self._post[c] = np.insert(post, at, slot)
+
+    def set_many(self, slots: list[int], values: list[tuple[str, ...]]) -> None:
+        """Many slots at once: rows written now, postings rebuilt on next read."""
+        if not slots:
+            return
+        self.grow(max(slots) + 1)
+        for slot, vals in zip(slots, values, strict=True):
+            self._write(slot, tuple(self._code(v) for v in vals))
+        self._stale = True
+
+    def _rebuild(self) -> None:
+        """Every value's postings from the matrix and the spill, in one sort."""
+        rows, cols = np.nonzero(self._mat >= 0)
+        codes = self._mat[rows, cols]
+        if self._spill:
+            extra = [(s, c) for s, cs in self._spill.items() for c in cs]
+            rows = np.concatenate([rows, np.array([s for s, _ in extra], dtype=rows.dtype)])
+            codes = np.concatenate([codes, np.array([c for _, c in extra], dtype=np.int32)])
+        self._stale = False
+        if not self.values:
+            self._post = []
+            return
+        order = np.lexsort((rows, codes))
+        slots = rows[order].astype(np.int32)
+        bounds = np.cumsum(np.bincount(codes, minlength=len(self.values)))[:-1]
+        self._post = list(np.split(slots, bounds))
+
+    def settle(self) -> None:
+        if self._stale:
+            self._rebuild()
+
+    def any_of(self, values: tuple[str, ...], n: int) -> npt.NDArray[np.bool_]:
+        """For each of the first ``n`` slots: does it hold one of ``values``?"""
+        self.settle()
+        hit = np.zeros(n, dtype=bool)
+        for v in values:
+            c = self.code_of.get(v)
+            if c is not None:
+                post = self._post[c]
+                hit[post[: int(np.searchsorted(post, n))]] = True
+        return hit
 
 
 class ProfileColumns:
     def __init__(self) -> None:
-        self.tags: Postings = {}
-        self.protocols: Postings = {}
-        self.regions: Postings = {}
-        self._attrs: dict[int, ProfileAttrs] = {}
+        self.tags = MultiColumn(8)
+        self.protocols = MultiColumn(2)
+        self.regions = MultiColumn(4)
+        self._known = np.zeros(0, dtype=bool)  # the slot's attributes are set
         self._expires = np.full(0, np.inf, dtype=np.float64)
         self._updated = np.full(0, np.nan, dtype=np.float64)
         self._expiring = 0  # slots with a finite expires_at
@@ -63,49 +168,67 @@ class ProfileColumns:
         cap = self._expires.shape[0]
         if size <= cap:
             return
+        size = max(size, 2 * cap)  # amortized: one slot at a time is not a copy each
 
         def grown(a: npt.NDArray[Any], fill: float) -> npt.NDArray[Any]:
             out = np.full(size, fill, dtype=a.dtype)
             out[:cap] = a
             return out
 
+        self._known = grown(self._known, False)
         self._expires = grown(self._expires, np.inf)
         self._updated = grown(self._updated, np.nan)
+        for col in (self.tags, self.protocols, self.regions):
+            col.grow(size)
+
+    def settle(self) -> None:
+        """Build now the postings a bulk write left to be built on next read."""
+        for col in (self.tags, self.protocols, self.regions):
+            col.settle()
+
+    def known(self, slot: int) -> bool:
+        return slot < len(self._known) and bool(self._known[slot])
 
     def attrs(self, slot: int) -> ProfileAttrs | None:
-        return self._attrs.get(slot)
+        if not self.known(slot):
+            return None
+        return ProfileAttrs(
+            tags=self.tags.get(slot),
+            protocols=self.protocols.get(slot),
+            regions=self.regions.get(slot),
+            expires_at=float(self._expires[slot]),
+            updated_at=float(self._updated[slot]),
+        )
+
+    def _columns(self, slot: int, attrs: ProfileAttrs | None) -> None:
+        if self._known[slot] and math.isfinite(self._expires[slot]):
+            self._expiring -= 1
+        self._known[slot] = attrs is not None
+        self._expires[slot] = np.inf if attrs is None else attrs.expires_at
+        self._updated[slot] = np.nan if attrs is None else attrs.updated_at
+        if attrs is not None and math.isfinite(attrs.expires_at):
+            self._expiring += 1
 
     def set(self, slot: int, attrs: ProfileAttrs | None) -> None:
         """The slot's attributes (None: none known, e.g. a freed slot)."""
-        old = self._attrs.pop(slot, None)
-        if old is not None:
-            _drop(self.tags, old.tags, slot)
-            _drop(self.protocols, old.protocols, slot)
-            _drop(self.regions, old.regions, slot)
-            if math.isfinite(old.expires_at):
-                self._expiring -= 1
         self.grow(slot + 1)
-        if attrs is None:
-            self._expires[slot] = np.inf
-            self._updated[slot] = np.nan
-            return
-        self._attrs[slot] = attrs
-        _add(self.tags, attrs.tags, slot)
-        _add(self.protocols, attrs.protocols, slot)
-        _add(self.regions, attrs.regions, slot)
-        self._expires[slot] = attrs.expires_at
-        self._updated[slot] = attrs.updated_at
-        if math.isfinite(attrs.expires_at):
-            self._expiring += 1
+        if attrs is None and not self._known[slot]:
+            return  # nothing held: an unknown slot's rows are empty
+        self._columns(slot, attrs)
+        self.tags.set(slot, attrs.tags if attrs else ())
+        self.protocols.set(slot, attrs.protocols if attrs else ())
+        self.regions.set(slot, attrs.regions if attrs else ())
 
-    def _any_of(self, postings: Postings, values: tuple[str, ...], n: int) -> npt.NDArray[np.bool_]:
-        hit = np.zeros(n, dtype=bool)
-        for v in values:
-            held = postings.get(v)
-            if held:
-                idx = np.fromiter(held, dtype=np.int64, count=len(held))
-                hit[idx[idx < n]] = True
-        return hit
+    def set_many(self, slots: list[int], attrs: list[ProfileAttrs]) -> None:
+        """Many slots' attributes at once (start-up): postings rebuilt once."""
+        if not slots:
+            return
+        self.grow(max(slots) + 1)
+        for slot, a in zip(slots, attrs, strict=True):
+            self._columns(slot, a)
+        self.tags.set_many(slots, [a.tags for a in attrs])
+        self.protocols.set_many(slots, [a.protocols for a in attrs])
+        self.regions.set_many(slots, [a.regions for a in attrs])
 
     def share_of(
         self, slots: npt.NDArray[np.int64], tags: tuple[str, ...]
@@ -116,7 +239,7 @@ class ProfileColumns:
             return held
         n = int(slots.max()) + 1
         for tag in tags:
-            held += self._any_of(self.tags, (tag,), n)[slots]
+            held += self.tags.any_of((tag,), n)[slots]
         return held / len(tags)
 
     def apply(self, mask: npt.NDArray[np.bool_], p: ProfileParams, now: float) -> None:
@@ -128,13 +251,13 @@ class ProfileColumns:
         if not p.filters:
             return
         for tag in p.required_tags:
-            mask &= self._any_of(self.tags, (tag,), n)
+            mask &= self.tags.any_of((tag,), n)
         if p.excluded_tags:
-            mask &= ~self._any_of(self.tags, p.excluded_tags, n)
+            mask &= ~self.tags.any_of(p.excluded_tags, n)
         if p.protocols:
-            mask &= self._any_of(self.protocols, p.protocols, n)
+            mask &= self.protocols.any_of(p.protocols, n)
         if p.regions:
-            mask &= self._any_of(self.regions, p.regions, n)
+            mask &= self.regions.any_of(p.regions, n)
         if p.max_results_age_seconds is not None:
             with np.errstate(invalid="ignore"):
                 mask &= (now - self._updated[:n]) <= p.max_results_age_seconds

@@ -45,6 +45,9 @@ from .store import IndexRow, StoredAgent, gate_columns
 # with ranking.rank_score, so the order and the scores are exactly Python's.
 # Registry slot assignments logged for the slot link; past this many it is rebuilt.
 LINK_LOG_MAX = 65536
+# Past this many agents in one put_many, profile postings are rebuilt once
+# instead of updated one agent at a time.
+BULK_PROFILES = 256
 _ROUND_MARGIN = 2.5 * 10.0**-PRECISION
 _TIER_NORM = np.array([np.nan, TIER_NORM[1], TIER_NORM[2], TIER_NORM[3]], dtype=np.float64)
 
@@ -297,6 +300,7 @@ class Registry(Mapping[str, AgentEntry]):
             return
         slots = np.empty(len(entries), dtype=np.int64)
         cols: list[list[Any]] = [[] for _ in range(7)]
+        profiled: list[tuple[int, ProfileAttrs | None]] = []
         for i, e in enumerate(entries):
             cid = e.canonical_id
             slot = self._slot_of.get(cid)
@@ -324,7 +328,8 @@ class Registry(Mapping[str, AgentEntry]):
             cols[5].append(self._scopes.code(e.required_scope))
             cols[6].append(self._kids.code(e.signer_kid))
             self.gate_counts[(e.governance_zone, tier)] += 1
-            self.profiles.set(slot, e.profile if isinstance(e, AgentEntry) else None)
+            profiled.append((slot, e.profile if isinstance(e, AgentEntry) else None))
+        self._set_profiles(profiled)
         self._tier[slots] = cols[0]
         self._behavioral[slots] = cols[1]
         self._score0[slots] = cols[2]
@@ -333,6 +338,17 @@ class Registry(Mapping[str, AgentEntry]):
         self._scope[slots] = cols[5]
         self._kid[slots] = cols[6]
         self._valid[slots] = True
+
+    def _set_profiles(self, profiled: list[tuple[int, ProfileAttrs | None]]) -> None:
+        """Slots' profile attributes: one by one for a few (postings updated in
+        place), in bulk for many (postings rebuilt once, before the next read)."""
+        last = dict(profiled)  # a slot written twice: its last attributes
+        known = [(s, a) for s, a in last.items() if a is not None]
+        if len(known) > BULK_PROFILES:
+            self.profiles.set_many([s for s, _ in known], [a for _, a in known])
+            last = {s: a for s, a in last.items() if a is None}
+        for slot, attrs in last.items():
+            self.profiles.set(slot, attrs)
 
     def remove(self, canonical_id: str) -> bool:
         slot = self._slot_of.pop(canonical_id, None)
@@ -400,12 +416,16 @@ class Registry(Mapping[str, AgentEntry]):
         return self._entry(slot)
 
     # -- DISCOVER --------------------------------------------------------------------
-    def set_profile(self, canonical_id: str, attrs: ProfileAttrs) -> None:
-        """The profile attributes of an indexed agent (start-up fills them
-        after the registry rows; every other write comes with its entry)."""
-        slot = self._slot_of.get(canonical_id)
-        if slot is not None:
-            self.profiles.set(slot, attrs)
+    def set_profiles(self, items: Sequence[tuple[str, ProfileAttrs]]) -> None:
+        """The profile attributes of indexed agents (start-up fills them after
+        the registry rows, in bulk; every other write comes with its entry)."""
+        slots, attrs = [], []
+        for cid, a in items:
+            slot = self._slot_of.get(cid)
+            if slot is not None:
+                slots.append(slot)
+                attrs.append(a)
+        self.profiles.set_many(slots, attrs)
 
     def profile_state(self) -> dict[str, list[Any]]:
         """Every indexed agent's profile attributes, for a snapshot's meta."""
@@ -416,6 +436,10 @@ class Registry(Mapping[str, AgentEntry]):
             if a is not None:
                 out[cid] = encode_attrs(a)
         return out
+
+    def has_profile(self, canonical_id: str) -> bool:
+        slot = self._slot_of.get(canonical_id)
+        return slot is not None and self.profiles.known(slot)
 
     def profile_of(self, canonical_id: str) -> ProfileAttrs | None:
         slot = self._slot_of.get(canonical_id)

@@ -154,9 +154,11 @@ class Discovery:
         --workers`` calls this before the fork, so that the link is built once
         in the shared pages: built in each worker, it cost the worker's first
         DISCOVER ~1 s at 1M agents and, by touching every canonical id, made
-        private copies of most of the shared heap."""
+        private copies of most of the shared heap. Also the profile filters'
+        postings, which a bulk load leaves to be built on first use."""
         with self.index.lock:
             self.index.registry.linked(np.zeros(0, dtype=np.int64), *_assignments(self.ctx.matcher))
+            self.index.registry.profiles.settle()
 
     def local(self, req: DiscoverRequest) -> LocalAnswer:
         """The gate-passing local matches, ranked (and routed when

@@ -154,12 +154,14 @@ class IndexLoader:
         registry = self.index.registry
         if isinstance(saved, dict):
             with self.index.lock:
-                for cid, raw in saved.items():
-                    attrs = decode_attrs(raw)
-                    if attrs is not None and registry.profile_of(cid) is None:
-                        registry.set_profile(cid, attrs)
+                items = [
+                    (cid, attrs)
+                    for cid, raw in saved.items()
+                    if (attrs := decode_attrs(raw)) is not None and not registry.has_profile(cid)
+                ]
+                registry.set_profiles(items)
         with self.index.lock:
-            missing = [cid for cid in registry if registry.profile_of(cid) is None]
+            missing = [cid for cid in registry if not registry.has_profile(cid)]
         if len(missing) > len(registry) // 2:  # cheaper as one scan
             for agents in batches(self.ctx.store.iter_active(), INDEX_BATCH):
                 self.set_profiles(agents)
@@ -174,8 +176,7 @@ class IndexLoader:
             (a.canonical_id, attrs_of(a.manifest, a.capabilities, a.updated_at)) for a in agents
         ]
         with self.index.lock:
-            for cid, at in attrs:
-                self.index.registry.set_profile(cid, at)
+            self.index.registry.set_profiles(attrs)
 
     def embed_and_upsert(self, agents: Sequence[StoredAgent]) -> None:
         """Embed a batch of stored agents (outside any lock) and put them in the

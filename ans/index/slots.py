@@ -11,6 +11,7 @@ index (:mod:`ans.index.capability`) calls it under its lock.
 from __future__ import annotations
 
 import operator
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -103,6 +104,7 @@ class SlotTable:
         generation moves on either way."""
         slot = self.slot_of.get(cid)
         if slot is None:
+            cid = sys.intern(cid) if len(cid) <= 64 else cid  # shared with the registry's
             slot = self.free.pop() if self.free else self._grow()
             self.slot_of[cid] = slot
             self.id_of[slot] = cid

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -112,7 +113,10 @@ def read(directory: Path, embedder: Embedder) -> Snapshot | None:
         arrays = {k: npz[k] for k in npz.files}
     dim = embedder.dim
     table = SlotTable(dim, doc["example_dims"], keep_profiles=False)
-    ids: list[str | None] = doc["ids"]
+    # interned, as the registry interns its ids: one string object per agent
+    ids: list[str | None] = [
+        sys.intern(c) if isinstance(c, str) and len(c) <= 64 else c for c in doc["ids"]
+    ]
     n = len(ids)
     table.ctx = QRows.restore(dim, "ctx", arrays)
     table.cap = QRows.restore(dim, "cap", arrays)

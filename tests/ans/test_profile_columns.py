@@ -1,0 +1,101 @@
+"""The profile filter columns (tags, protocols, regions by slot) against a
+plain dict-of-sets model, through single writes, bulk writes, clears and
+slots holding more values than a matrix row (the spill)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+from ans.governance.profile_metadata import ProfileAttrs
+
+from ans.profile_columns import MultiColumn, ProfileColumns
+from ans.registry import BULK_PROFILES
+
+VALUES = [f"v{i}" for i in range(12)]
+
+
+def model_any(model: dict[int, tuple[str, ...]], values: tuple[str, ...], n: int) -> list[bool]:
+    return [bool(set(model.get(s, ())) & set(values)) for s in range(n)]
+
+
+def test_multi_column_matches_a_dict_of_sets_through_random_writes() -> None:
+    rng = random.Random(7)
+    col = MultiColumn(width=3)  # rows of 3: slots with 4+ values spill
+    model: dict[int, tuple[str, ...]] = {}
+    for step in range(600):
+        op = rng.random()
+        if op < 0.6:
+            slot = rng.randrange(80)
+            vals = tuple(sorted(rng.sample(VALUES, rng.randrange(0, 6))))
+            col.set(slot, vals)
+            model[slot] = vals
+        elif op < 0.7:
+            slots = rng.sample(range(80), rng.randrange(1, 30))
+            vals = [tuple(sorted(rng.sample(VALUES, rng.randrange(0, 6)))) for _ in slots]
+            col.set_many(slots, vals)
+            model.update(zip(slots, vals, strict=True))
+        else:
+            n = rng.randrange(1, 100)
+            asked = tuple(rng.sample([*VALUES, "never-seen"], rng.randrange(1, 4)))
+            assert col.any_of(asked, n).tolist() == model_any(model, asked, n), step
+        probe = rng.randrange(90)
+        assert col.get(probe) == model.get(probe, ())
+
+
+def attrs(tags: tuple[str, ...], expires: float = math.inf) -> ProfileAttrs:
+    return ProfileAttrs(tags=tags, protocols=("agtp",), regions=(), expires_at=expires,
+                        updated_at=100.0)
+
+
+def test_profile_columns_round_trip_clear_and_expiry() -> None:
+    cols = ProfileColumns()
+    cols.set(3, attrs(("a", "b"), expires=50.0))
+    cols.set_many([0, 1, 2], [attrs(("a",)), attrs(()), attrs(("b", "c"))])
+    assert cols.attrs(3) == attrs(("a", "b"), expires=50.0)
+    assert cols.attrs(1) == attrs(())
+    assert cols.attrs(7) is None and not cols.known(7)
+    mask = np.ones(4, dtype=bool)
+
+    class Filters:  # the ProfileParams fields apply() reads
+        filters = True
+        required_tags = ("a",)
+        excluded_tags = ("c",)
+        protocols = ("agtp",)
+        regions = ()
+        max_results_age_seconds = None
+
+    cols.apply(mask, Filters(), now=10.0)  # type: ignore[arg-type]
+    assert mask.tolist() == [True, False, False, True]
+    mask = np.ones(4, dtype=bool)
+    cols.apply(mask, Filters(), now=60.0)  # type: ignore[arg-type]
+    assert mask.tolist() == [True, False, False, False]  # slot 3 expired
+    cols.set(3, None)  # a freed slot holds nothing
+    assert cols.attrs(3) is None
+    assert not cols.tags.any_of(("a", "b"), 4)[3]
+    mask = np.ones(4, dtype=bool)
+    cols.apply(mask, Filters(), now=60.0)  # type: ignore[arg-type]
+    assert mask.tolist() == [True, False, False, False]
+    assert cols._expiring == 0
+    np.testing.assert_allclose(cols.share_of(np.array([0, 2]), ("a", "c")), [0.5, 0.5])
+
+
+def test_a_bulk_registry_write_keeps_the_last_attributes_of_a_slot_written_twice() -> None:
+    from ans.config import RankingWeights
+    from ans.registry import AgentEntry, Registry
+
+    reg = Registry(RankingWeights())
+
+    def entry(i: int, tags: tuple[str, ...]) -> AgentEntry:
+        return AgentEntry(f"{i:064x}", "Active", 1, 0.9, "zone:a", "org.example", "", "",
+                          attrs(tags))
+
+    batch = [entry(i, ("first",)) for i in range(BULK_PROFILES + 10)]
+    batch.append(entry(5, ("second",)))  # written twice in one batch: the last wins
+    reg.put_many(batch)
+    assert reg.profile_of(f"{5:064x}") == attrs(("second",))
+    assert reg.profile_of(f"{6:064x}") == attrs(("first",))
+    slot5 = reg._slot_of[f"{5:064x}"]
+    hit = reg.profiles.tags.any_of(("first",), len(reg._ids))
+    assert not hit[slot5] and hit.sum() == BULK_PROFILES + 9
