@@ -113,13 +113,53 @@ class MultiColumn:
                 self._post[c] = np.insert(post, at, slot)
 
     def set_many(self, slots: list[int], values: list[tuple[str, ...]]) -> None:
-        """Many slots at once: rows written now, postings rebuilt on next read."""
+        """Many distinct slots at once: rows written now (vectorized), postings
+        rebuilt on next read."""
         if not slots:
             return
-        self.grow(max(slots) + 1)
-        for slot, vals in zip(slots, values, strict=True):
-            self._write(slot, tuple(self._code(v) for v in vals))
+        codes = [[self._code(v) for v in vals] for vals in values]
+        lens = np.fromiter(map(len, codes), dtype=np.int64, count=len(codes))
+        flat = np.fromiter((c for cs in codes for c in cs), dtype=np.int32, count=int(lens.sum()))
+        self._write_many(np.asarray(slots, dtype=np.int64), lens, flat)
+
+    def _write_many(
+        self, at: npt.NDArray[np.int64], lens: npt.NDArray[np.int64], flat: Slots
+    ) -> None:
+        """Rows of distinct slots ``at``: slot i holds the next ``lens[i]`` codes of ``flat``."""
+        if not len(at):
+            return
+        self.grow(int(at.max()) + 1)
+        if self._spill:
+            for slot in at.tolist():
+                self._spill.pop(slot, None)
+        self._mat[at] = -1
+        fit = lens <= self.width
+        ends = np.cumsum(lens)
+        starts = ends - lens
+        rows = np.repeat(at[fit], lens[fit])
+        cols = np.arange(len(rows)) - np.repeat(np.cumsum(lens[fit]) - lens[fit], lens[fit])
+        self._mat[rows, cols] = flat[np.repeat(fit, lens)]
+        for i in np.flatnonzero(~fit).tolist():
+            self._spill[int(at[i])] = tuple(flat[starts[i] : ends[i]].tolist())
         self._stale = True
+
+    def state(self, slots: npt.NDArray[np.int64]) -> tuple[list[str], Slots, Slots]:
+        """(values, per-entry value count, codes) of ``slots`` (-1: none), in order."""
+        codes = [self.codes(int(s)) if s >= 0 else () for s in slots.tolist()]
+        lens = np.fromiter(map(len, codes), dtype=np.int32, count=len(codes))
+        flat = np.fromiter((c for cs in codes for c in cs), dtype=np.int32, count=int(lens.sum()))
+        return list(self.values), lens, flat
+
+    def restore(
+        self, at: npt.NDArray[np.int64], pick: npt.NDArray[np.bool_], saved: tuple[Any, Any, Any]
+    ) -> None:
+        """:meth:`state` written back for the entries ``pick`` into slots ``at``
+        (saved codes renumbered into this column's)."""
+        values, lens, flat = saved
+        lens = np.asarray(lens, dtype=np.int64)
+        remap = np.fromiter((self._code(str(v)) for v in values), np.int32, len(values))
+        flat = remap[np.asarray(flat, dtype=np.int64)] if len(flat) else flat.astype(np.int32)
+        self._write_many(at[pick], lens[pick], flat[np.repeat(pick, lens)])
 
     def _rebuild(self) -> None:
         """Every value's postings from the matrix and the spill, in one sort."""
@@ -220,15 +260,68 @@ class ProfileColumns:
         self.regions.set(slot, attrs.regions if attrs else ())
 
     def set_many(self, slots: list[int], attrs: list[ProfileAttrs]) -> None:
-        """Many slots' attributes at once (start-up): postings rebuilt once."""
+        """Many slots' attributes at once (start-up): columns written
+        vectorized, postings rebuilt once. A slot given twice: the last wins."""
+        if len(set(slots)) != len(slots):
+            last = dict(zip(slots, attrs, strict=True))
+            slots, attrs = list(last), list(last.values())
         if not slots:
             return
         self.grow(max(slots) + 1)
-        for slot, a in zip(slots, attrs, strict=True):
-            self._columns(slot, a)
+        at = np.asarray(slots, dtype=np.int64)
+        self._expiring -= int(np.count_nonzero(self._known[at] & np.isfinite(self._expires[at])))
+        expires = np.fromiter((a.expires_at for a in attrs), dtype=np.float64, count=len(at))
+        self._known[at] = True
+        self._expires[at] = expires
+        self._updated[at] = np.fromiter((a.updated_at for a in attrs), np.float64, len(at))
+        self._expiring += int(np.count_nonzero(np.isfinite(expires)))
         self.tags.set_many(slots, [a.tags for a in attrs])
         self.protocols.set_many(slots, [a.protocols for a in attrs])
         self.regions.set_many(slots, [a.regions for a in attrs])
+
+    def state(self, slots: npt.NDArray[np.int64]) -> tuple[dict[str, Any], dict[str, list[str]]]:
+        """The attributes of ``slots`` (-1: none), in order, as arrays (snapshot
+        form, :meth:`restore`) and each column's value table (JSON)."""
+        held = (slots >= 0) & (slots < len(self._known))
+        known = np.zeros(len(slots), dtype=bool)
+        known[held] = self._known[slots[held]]
+        expires = np.full(len(slots), np.inf)
+        expires[known] = self._expires[slots[known]]
+        updated = np.full(len(slots), np.nan)
+        updated[known] = self._updated[slots[known]]
+        arrays: dict[str, Any] = {"known": known, "expires": expires, "updated": updated}
+        values: dict[str, list[str]] = {}
+        kept = np.where(known, slots, -1)
+        for name, col in self._named():
+            values[name], arrays[f"{name}_lens"], arrays[f"{name}_codes"] = col.state(kept)
+        return arrays, values
+
+    def restore(
+        self,
+        slots: npt.NDArray[np.int64],
+        arrays: dict[str, Any],
+        values: dict[str, list[str]],
+    ) -> None:
+        """:meth:`state` written back: entry i into slot ``slots[i]``, for the
+        entries known there and given a slot (>= 0) whose attributes are not
+        set yet (an agent changed since the snapshot keeps its own)."""
+        slots = np.asarray(slots, dtype=np.int64)
+        self.grow(int(slots.max(initial=-1)) + 1)
+        saved_known = np.asarray(arrays["known"], dtype=bool)
+        pick = saved_known & (slots >= 0)
+        pick[pick] = ~self._known[slots[pick]]
+        at = slots[pick]
+        expires = np.asarray(arrays["expires"], dtype=np.float64)[pick]
+        self._known[at] = True
+        self._expires[at] = expires
+        self._updated[at] = np.asarray(arrays["updated"], dtype=np.float64)[pick]
+        self._expiring += int(np.count_nonzero(np.isfinite(expires)))
+        for name, col in self._named():
+            saved = (values[name], arrays[f"{name}_lens"], arrays[f"{name}_codes"])
+            col.restore(slots, pick, saved)
+
+    def _named(self) -> tuple[tuple[str, MultiColumn], ...]:
+        return (("tags", self.tags), ("protocols", self.protocols), ("regions", self.regions))
 
     def share_of(
         self, slots: npt.NDArray[np.int64], tags: tuple[str, ...]
@@ -263,19 +356,10 @@ class ProfileColumns:
                 mask &= (now - self._updated[:n]) <= p.max_results_age_seconds
 
 
-def encode_attrs(attrs: ProfileAttrs) -> list[Any]:
-    """The snapshot form of one agent's attributes (JSON: no inf, no NaN)."""
-    return [
-        list(attrs.tags),
-        list(attrs.protocols),
-        list(attrs.regions),
-        attrs.expires_at if math.isfinite(attrs.expires_at) else None,
-        None if math.isnan(attrs.updated_at) else attrs.updated_at,
-    ]
-
-
 def decode_attrs(raw: Any) -> ProfileAttrs | None:
-    """:func:`encode_attrs` reversed (None when malformed)."""
+    """One agent's attributes as snapshots before the columnar form held them
+    ([tags, protocols, regions, expires_at or None, updated_at or None]); None
+    when malformed."""
     try:
         tags, protocols, regions, expires, updated = raw
         return ProfileAttrs(

@@ -36,7 +36,7 @@ from ans.protocol.messages import DiscoverParams
 from ans.protocol.scope import AuthorityScope
 
 from .config import RankingWeights
-from .profile_columns import ProfileColumns, encode_attrs
+from .profile_columns import ProfileColumns
 from .ranking import PRECISION, TIER_NORM, rank_score, sort_key
 from .store import IndexRow, StoredAgent, gate_columns
 
@@ -427,15 +427,25 @@ class Registry(Mapping[str, AgentEntry]):
                 attrs.append(a)
         self.profiles.set_many(slots, attrs)
 
-    def profile_state(self) -> dict[str, list[Any]]:
-        """Every indexed agent's profile attributes, for a snapshot's meta."""
-        attrs = self.profiles.attrs
-        out = {}
-        for cid, slot in self._slot_of.items():
-            a = attrs(slot)
-            if a is not None:
-                out[cid] = encode_attrs(a)
-        return out
+    def _slots_for(self, ids: Sequence[str | None]) -> npt.NDArray[np.int64]:
+        get = self._slot_of.get
+        return np.fromiter(
+            (-1 if c is None else get(c, -1) for c in ids), dtype=np.int64, count=len(ids)
+        )
+
+    def profile_state(
+        self, ids: Sequence[str | None]
+    ) -> tuple[dict[str, npt.NDArray[Any]], dict[str, list[str]]]:
+        """The profile attributes of the agents ``ids`` (a snapshot's slot
+        order; None or not indexed: none), as arrays and value tables."""
+        return self.profiles.state(self._slots_for(ids))
+
+    def restore_profiles(
+        self, ids: Sequence[str | None], arrays: dict[str, Any], values: dict[str, list[str]]
+    ) -> None:
+        """:meth:`profile_state` written back, for the agents indexed here whose
+        attributes are not set yet."""
+        self.profiles.restore(self._slots_for(ids), arrays, values)
 
     def has_profile(self, canonical_id: str) -> bool:
         slot = self._slot_of.get(canonical_id)

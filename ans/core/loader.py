@@ -15,11 +15,13 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import structlog
 
 from ans.governance.audit import rfc3339
 from ans.governance.profile_metadata import attrs_of
 
+from ..index.snapshot import SLOT_IDS
 from ..matcher import profile_from
 from ..profile_columns import decode_attrs
 from ..profile_metadata import SELF_ASSERTED_KID
@@ -30,6 +32,9 @@ from .live_index import LiveIndex
 log = structlog.get_logger("ans")
 # Agents embedded and indexed per batch at start-up and by ans import.
 INDEX_BATCH = 1024
+# The snapshot meta keys of the profile's filter columns (ans.profile_columns).
+PROFILE_VALUES = "profile_values"
+PROFILE_ARRAY = "profile_col_"
 
 
 def batches(items: Iterable[Any], size: int) -> Iterable[list[Any]]:
@@ -103,7 +108,7 @@ class IndexLoader:
             # with it), the changed agents recomputed above; an older snapshot
             # without them: one pass over the stored documents.
             tp = time.perf_counter()
-            self.restore_profiles(snapshot.get("profile_columns"))
+            self.restore_profiles(snapshot)
             profile_s = time.perf_counter() - tp
             self.loaded_from = "snapshot"
             self._snapshot_seq = seq if delta == 0 and dropped == 0 and not missing else None
@@ -147,20 +152,32 @@ class IndexLoader:
             signer_kid=signer_kid,
         )
 
-    def restore_profiles(self, saved: Any) -> None:
-        """Profile attributes from a snapshot's meta, then the stored
-        documents of every indexed agent they do not cover (all of them when
-        the snapshot has none)."""
+    def restore_profiles(self, snapshot: Mapping[str, Any]) -> None:
+        """Profile attributes from a snapshot (its columns; a snapshot of an
+        older version: a dict by canonical id), then the stored documents of
+        every indexed agent they do not cover (all of them when the snapshot
+        has none)."""
         registry = self.index.registry
-        if isinstance(saved, dict):
-            with self.index.lock:
+        values, ids = snapshot.get(PROFILE_VALUES), snapshot.get(SLOT_IDS)
+        old = snapshot.get("profile_columns")
+        with self.index.lock:
+            if isinstance(values, dict) and isinstance(ids, list):
+                arrays = {
+                    k.removeprefix(PROFILE_ARRAY): v
+                    for k, v in snapshot.items()
+                    if k.startswith(PROFILE_ARRAY) and isinstance(v, np.ndarray)
+                }
+                try:
+                    registry.restore_profiles(ids, arrays, values)
+                except (KeyError, ValueError, IndexError, TypeError) as exc:
+                    log.warning("snapshot profile columns unreadable", error=str(exc)[:200])
+            elif isinstance(old, dict):
                 items = [
                     (cid, attrs)
-                    for cid, raw in saved.items()
+                    for cid, raw in old.items()
                     if (attrs := decode_attrs(raw)) is not None and not registry.has_profile(cid)
                 ]
                 registry.set_profiles(items)
-        with self.index.lock:
             missing = [cid for cid in registry if not registry.has_profile(cid)]
         if len(missing) > len(registry) // 2:  # cheaper as one scan
             for agents in batches(self.ctx.store.iter_active(), INDEX_BATCH):
@@ -205,9 +222,12 @@ class IndexLoader:
                     "count": len(self.ctx.matcher),
                     "signer_kids": index.registry.signer_kids(),
                     "written_at": rfc3339(self.ctx.clock()),
-                    # the profile's filter attributes (ans.profile_columns)
-                    "profile_columns": index.registry.profile_state(),
                 }
+                # the profile's filter attributes (ans.profile_columns), by slot
+                # of the snapshot: arrays (in its arrays file) and value tables
+                arrays, values = index.registry.profile_state(self.ctx.matcher.slot_ids())
+                meta[PROFILE_VALUES] = values
+                meta.update({PROFILE_ARRAY + k: v for k, v in arrays.items()})
                 self.ctx.matcher.save(directory, meta)
             self._snapshot_seq = seq
         log.info(

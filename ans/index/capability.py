@@ -102,6 +102,7 @@ class CapabilityMatcher(Protocol):
         among: Sequence[str] | None = None,
     ) -> dict[str, float]: ...
     def ids(self) -> list[str]: ...
+    def slot_ids(self) -> list[str | None]: ...
     def save(self, directory: Path, meta: Mapping[str, Any]) -> None: ...
     def __len__(self) -> int: ...
 
@@ -113,9 +114,10 @@ class CapabilityIndex:
     Above it, candidates come from FAISS (capability and example vectors),
     the BM25 postings and the tag postings, ``settings.candidates_at(n)`` per
     source and query text, and only they are scored - with the same formulas. A
-    ``capability_domains`` query always scores candidates: it re-embeds their
-    allowed facets (from ``profile_source``, e.g. the store) on the fly, since
-    per-facet vectors of a million agents would not fit in memory.
+    ``capability_domains`` query always scores candidates: it reads their facet
+    sums from ``facet_file`` (on disk: per-facet vectors of a million agents
+    would not fit in memory), re-embedding from ``profile_source`` (e.g. the
+    store) only what the file lacks.
 
     Without a ``profile_source`` the index keeps every profile in memory (fine
     for small catalogs and tests); the server passes one backed by its store.
@@ -154,6 +156,12 @@ class CapabilityIndex:
     def ids(self) -> list[str]:
         with self._lock:
             return list(self._table.slot_of)
+
+    def slot_ids(self) -> list[str | None]:
+        """Every slot's canonical id (None: free), in slot order, as a snapshot
+        saves them (per-slot meta arrays are aligned with this)."""
+        with self._lock:
+            return list(self._table.id_of)
 
     @property
     def approximate(self) -> bool:

@@ -32,6 +32,10 @@ from .profiles import FACETS
 from .slots import SlotTable
 
 SNAPSHOT_FORMAT = 1
+# A numpy value of the caller's meta is saved as this array (not in the JSON).
+META_ARRAY = "meta_"
+# Read back into the meta: the canonical id of every slot as saved, in slot order.
+SLOT_IDS = "slot_ids"
 # What a damaged or foreign snapshot raises while it is read: treated as "no snapshot".
 LOAD_ERRORS = (OSError, ValueError, KeyError, TypeError, orjson.JSONDecodeError, RuntimeError)
 
@@ -62,6 +66,9 @@ def write(
         **{f"lex_{k}": v for k, v in table.lexical.state().items()},
         **table.examples.state(),
     }
+    # the caller's arrays (numpy values of ``meta``) go with the index's arrays
+    extra = [k for k, v in meta.items() if isinstance(v, np.ndarray)]
+    arrays.update({META_ARRAY + k: meta[k] for k in extra})
     doc = {
         "format": SNAPSHOT_FORMAT,
         "dim": table.dim,
@@ -72,7 +79,8 @@ def write(
         "lex_keys": table.lexical.postings.keys,
         "approximate": ann.active,
         "ann_built_for": ann.built_for,
-        "meta": dict(meta),
+        "meta": {k: v for k, v in meta.items() if k not in extra},
+        "meta_arrays": extra,
     }
     directory = Path(directory)
     tmp = directory.with_name(f"{directory.name}.tmp-{uuid.uuid4().hex[:8]}")
@@ -111,6 +119,9 @@ def read(directory: Path, embedder: Embedder) -> Snapshot | None:
     # never copied again (a 1M-agent index is 1.6 GB of arrays)
     with np.load(directory / "arrays.npz", allow_pickle=False) as npz:
         arrays = {k: npz[k] for k in npz.files}
+    meta: dict[str, Any] = doc.get("meta") or {}
+    for k in doc.get("meta_arrays") or ():
+        meta[k] = arrays.pop(META_ARRAY + k)
     dim = embedder.dim
     table = SlotTable(dim, doc["example_dims"], keep_profiles=False)
     # interned, as the registry interns its ids: one string object per agent
@@ -143,9 +154,12 @@ def read(directory: Path, embedder: Embedder) -> Snapshot | None:
     table.slot_of = {c: s for s, c in enumerate(ids) if c is not None}
     table.alive = np.array([c is not None for c in ids], dtype=bool)
     table.free = [s for s, c in enumerate(ids) if c is None]
+    # the id of each slot as saved (the table's own list changes with the first
+    # write): what the caller's per-slot meta arrays are aligned with
+    meta[SLOT_IDS] = list(ids)
     return Snapshot(
         table,
         bool(doc.get("approximate")),
         int(doc.get("ann_built_for") or len(table.slot_of)),
-        doc.get("meta") or {},
+        meta,
     )

@@ -241,7 +241,8 @@ def test_snapshot_round_trip_gives_identical_scores(
 ) -> None:
     idx, profiles = big
     by_id = {p.canonical_id: p for p in profiles}
-    idx.save(tmp_path / "index", {"change_seq": 42})
+    marks = np.arange(len(idx.slot_ids()), dtype=np.int32) * 3  # a caller's per-slot array
+    idx.save(tmp_path / "index", {"change_seq": 42, "marks": marks})
     loaded = CapabilityIndex.load(
         tmp_path / "index",
         embedder,
@@ -250,7 +251,11 @@ def test_snapshot_round_trip_gives_identical_scores(
     )
     assert loaded is not None
     again, meta = loaded
+    # the caller's meta comes back, its arrays too, with each slot's id as saved
+    slot_ids = meta.pop("slot_ids")
+    np.testing.assert_array_equal(meta.pop("marks"), marks)
     assert meta == {"change_seq": 42}
+    assert slot_ids == idx.slot_ids() == again.slot_ids()
     assert again.approximate and len(again) == len(idx)
     for q in QUERIES[:5]:
         a, b = idx.query(q, None, evidence=True), again.query(q, None, evidence=True)

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pytest
 from ans.governance.keys import SigningKey, TrustedKeys
@@ -485,16 +486,31 @@ def test_filters_survive_a_restart(
     svc.activate(ActivateRequest(GOV, "t-again", m, caps))
     svc.audit.close()
     svc.store.close()
-    for mode in ("rebuild", "snapshot", "snapshot without columns"):
+    for mode in ("rebuild", "snapshot", "snapshot without columns", "older snapshot"):
         if mode != "rebuild":
             loaded = CapabilityIndex.load(snap, embedder)
             assert loaded is not None
             matcher, meta = loaded
-            assert "profile_columns" in meta
-            if mode == "snapshot without columns":  # one written before the columns existed
-                del meta["profile_columns"]
-            else:  # proof that they are read from the snapshot, not the store
-                meta["profile_columns"][world["ids"]["hr-core"]][0].append("from-snapshot")
+            assert "profile_values" in meta and "profile_col_tags_codes" in meta
+            if mode != "snapshot":  # one written before the columns (or before their arrays)
+                for key in [k for k in meta if k.startswith("profile_")]:
+                    del meta[key]
+            if mode == "older snapshot":  # one dict by canonical id, JSON lists
+                hr_core = world["ids"]["hr-core"]
+                tags = ["api-automation", "from-snapshot", "hr", "onboarding", "workflow"]
+                updated = (T0 - timedelta(seconds=100)).timestamp()
+                meta["profile_columns"] = {  # the others: no tags, no known age
+                    cid: [[], ["https"], [], None, None] for cid in world["ids"].values()
+                }
+                meta["profile_columns"][hr_core] = [tags, ["https"], ["apac"], None, updated]
+            elif mode == "snapshot":  # proof that they are read from the snapshot, not the store
+                slot = meta["slot_ids"].index(world["ids"]["hr-core"])
+                mark = len(meta["profile_values"]["tags"])
+                meta["profile_values"]["tags"].append("from-snapshot")
+                lens = meta["profile_col_tags_lens"]
+                end = int(lens[: slot + 1].sum())  # hr-core's tags end here: one more
+                meta["profile_col_tags_codes"] = np.insert(meta["profile_col_tags_codes"], end, mark)
+                lens[slot] += 1
             again = AnsService(
                 config=cfg,
                 store=SQLiteStore(cfg.data_dir / "registry.sqlite3"),
@@ -512,7 +528,7 @@ def test_filters_survive_a_restart(
         assert labels(run(again, required_tags=["hr"])) == ["hr-core", "hr-lite"], mode
         assert labels(run(again, required_tags=["benefits"])) == ["hr-lite"], mode
         marked = labels(run(again, required_tags=["from-snapshot"]))
-        assert marked == (["hr-core"] if mode == "snapshot" else []), mode
+        assert marked == (["hr-core"] if mode in ("snapshot", "older snapshot") else []), mode
         assert labels(run(again, protocols=["grpc"])) == ["hr-lite"], mode
         assert labels(run(again, constraints={"region": "apac"})) == ["hr-core"], mode
         assert labels(run(again, constraints={"max_results_age_seconds": 3600})) == [
