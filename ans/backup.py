@@ -38,17 +38,20 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .index.facet_file import FACET_FILE
 
 MANIFEST = "backup.json"
 REGISTRY = "registry.sqlite3"
 # Never copied: the running server's lock, SQLite's side files (the backup API
-# copies the registry whole), temporary files.
+# copies the registry whole), the facet-sums cache (GBs at 1M agents, rebuilt on
+# demand by the queries that need it), temporary files.
 SKIP_NAMES = {
     "ans.lock",
     "writers.lock",
     f"{REGISTRY}-wal",
     f"{REGISTRY}-shm",
     f"{REGISTRY}-journal",
+    *(FACET_FILE + side for side in ("", "-wal", "-shm", "-journal")),
 }
 SKIP_DIRS = {"metrics"}  # the workers' live metric samples
 SKIP_SUFFIXES = (".tmp", ".partial")

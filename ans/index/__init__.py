@@ -8,7 +8,8 @@ Modules, top-down (a DISCOVER enters at :mod:`.capability`):
   and its evidence.
 * :mod:`.approximate` - the exact/approximate (FAISS) mode switch and a
   query's candidates.
-* :mod:`.restricted` - ``capability_domains`` queries (allowed facets re-embedded).
+* :mod:`.restricted` - ``capability_domains`` queries (allowed facets only).
+* :mod:`.facet_file` - every agent's facet sums on disk, for those queries.
 * :mod:`.equivalence` - routing alternatives (``preferred_agent``).
 * :mod:`.snapshot` - the on-disk snapshot.
 * :mod:`.slots` - per-slot storage of vectors, flags and postings.

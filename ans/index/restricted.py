@@ -1,12 +1,13 @@
 """``capability_domains`` queries: capability vectors over the allowed facets only.
 
-The index keeps one whole-document capability vector per agent (per-facet
-vectors of a million agents would not fit in memory), so a restricted query
-re-embeds the allowed facets of its candidates from their profiles, keeping
-the per-agent facet sums in a small LRU cache keyed by (agent, generation).
-Owns that cache, the facet mask of a set of allowed domains, and the narrowing
-of a restricted query's candidates to the :data:`RESTRICTED_RERANK` best by
-the all-facet score (so only those are re-embedded).
+The index keeps one whole-document capability vector per agent in memory
+(per-facet vectors of a million agents would not fit), so a restricted query
+reads the per-facet sums of its candidates from the facet-sums file
+(:mod:`.facet_file`), re-embedding from their profiles only what the file
+lacks, and keeps them in a small LRU cache keyed by (agent, generation). Owns
+that cache, the facet mask of a set of allowed domains, and the narrowing of a
+restricted query's candidates to the :data:`RESTRICTED_RERANK` best by the
+all-facet score (so only those are scored over their allowed facets).
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from .profiles import FACET_INDEX, FACETS, CapabilityProfile, ProfileVectors, pr
 from .scoring import LexicalHits, TagPasses, fuse, weight_sums
 from .slots import Slots, SlotTable
 
-DOMAIN_CACHE = 4096  # per-agent facet sums kept for capability_domains queries
-# A capability_domains query re-embeds the allowed facets of this many of its
-# best candidates (by the all-facet score); the rest are not scored.
+# Per-agent facet sums kept in memory (7 KB each) for capability_domains
+# queries; a miss costs one row of the facet-sums file, not a re-embedding.
+DOMAIN_CACHE = 1024
+# A capability_domains query scores this many of its best candidates (by the
+# all-facet score) over its allowed facets; the rest are not scored.
 RESTRICTED_RERANK = 64
 
 
