@@ -26,6 +26,8 @@ B = 0.75
 # Postings whose BM25 contributions are kept between queries (12 bytes each):
 # the words queried most, until a write changes the collection statistics.
 IMPACT_CACHE = 1 << 21
+# Facet masks whose per-slot lengths are kept (4 bytes a slot each).
+MASKED_LENGTHS = 4
 
 FloatArray = npt.NDArray[np.float32]
 Ints = npt.NDArray[np.int32]
@@ -75,11 +77,16 @@ class LexicalIndex:
         self._docs = 0
         self._has = np.zeros(0, dtype=bool)
         self._version = 0  # bumped by every document added or removed
-        self._impact_cache: OrderedDict[int, tuple[float, Ints, npt.NDArray[np.float64]]] = (
-            OrderedDict()
-        )
+        # keyed by (word id, facet mask bits): a capability_domains query's
+        # contributions are kept as the common query's are
+        self._impact_cache: OrderedDict[
+            tuple[int, int], tuple[float, Ints, npt.NDArray[np.float64]]
+        ] = OrderedDict()
         self._impact_size = 0
         self._impact_version = -1
+        # per slot, the length over a restricted query's facets, by mask bits
+        # (a few masks: DISCOVER's capability_domains sets), until the next write
+        self._masked_lengths: OrderedDict[int, FloatArray] = OrderedDict()
 
     def __len__(self) -> int:
         return self._docs
@@ -171,8 +178,15 @@ class LexicalIndex:
         idf = np.full(len(vocab), unseen_idf, dtype=np.float64)
         maskf = mask.astype(np.float32)
         full = bool(maskf.all())
-        if full and self._impact_version != self._version:
+        # a 0/1 mask (DISCOVER's) is a cache key; any other weighting is not cached
+        bits = (
+            sum(1 << j for j, m in enumerate(maskf.tolist()) if m)
+            if bool(np.isin(maskf, (0.0, 1.0)).all())
+            else None
+        )
+        if self._impact_version != self._version:
             self._impact_cache.clear()
+            self._masked_lengths.clear()
             self._impact_size = 0
             self._impact_version = self._version
         avg = max(float(self._total @ mask) / n_docs, 1e-9)
@@ -182,9 +196,10 @@ class LexicalIndex:
             kid = self.postings.key_id.get(w)
             if kid is None:
                 continue
-            hit = self._impact_cache.get(kid) if full else None
-            if hit is not None:
-                self._impact_cache.move_to_end(kid)
+            key = (kid, bits) if bits is not None else None
+            hit = self._impact_cache.get(key) if key is not None else None
+            if hit is not None and key is not None:
+                self._impact_cache.move_to_end(key)
                 idf[i], slots, contrib = hit
                 per_word[i] = (slots, contrib)
                 continue
@@ -200,12 +215,12 @@ class LexicalIndex:
             if lengths is None:
                 # Word counts are whole numbers: the sum over every facet is exact
                 # either way, and per slot it is kept rather than recomputed.
-                lengths = self._len_all if full else self._lengths @ maskf
+                lengths = self._len_all if full else self._masked(maskf, bits)
             norm = K1 * (1.0 - B + B * lengths.take(slots) / avg)
             contrib = idf[i] * f * (K1 + 1.0) / (f + norm)
             per_word[i] = (slots, contrib)
-            if full:
-                self._keep_impacts(kid, idf[i], slots, contrib)
+            if key is not None:
+                self._keep_impacts(key, idf[i], slots, contrib)
         out: list[LexicalScores] = []
         for ws in word_sets:
             ids = [position[w] for w in ws]
@@ -226,8 +241,23 @@ class LexicalIndex:
             out.append(LexicalScores(n_slots, dense, max_total, sel_slots))
         return out
 
+    def _masked(self, maskf: FloatArray, bits: int | None) -> FloatArray:
+        """Every slot's length over the masked facets (kept for MASKED_LENGTHS
+        masks: a 1M x 7 product costs ~5 ms)."""
+        if bits is None:
+            return self._lengths @ maskf
+        got = self._masked_lengths.get(bits)
+        if got is None:
+            got = self._lengths @ maskf
+            self._masked_lengths[bits] = got
+            while len(self._masked_lengths) > MASKED_LENGTHS:
+                self._masked_lengths.popitem(last=False)
+        else:
+            self._masked_lengths.move_to_end(bits)
+        return got
+
     def _keep_impacts(
-        self, kid: int, idf: float, slots: Ints, contrib: npt.NDArray[np.float64]
+        self, kid: tuple[int, int], idf: float, slots: Ints, contrib: npt.NDArray[np.float64]
     ) -> None:
         """Keep one word's contributions (LRU, at most IMPACT_CACHE postings)."""
         if len(slots) > IMPACT_CACHE // 4:

@@ -197,6 +197,7 @@ class CapabilityIndex:
     def upsert(self, profile: CapabilityProfile, vectors: ProfileVectors | None = None) -> None:
         vecs = vectors if vectors is not None else self.embed_profile(profile)
         with self._lock:
+            before = self._digest_of(profile.canonical_id)
             slot = self._claim(profile.canonical_id)
             self._table.place(slot, profile, vecs)
             self._ann.add(self._table, [slot])
@@ -204,7 +205,9 @@ class CapabilityIndex:
             self._ann.maybe_switch(self._table)
             digest = int(self._table.digest[slot])
         if self.facet_file is not None:
-            self.facet_file.put([(profile.canonical_id, digest, vecs.facet_sums)])
+            self.facet_file.put([(digest, vecs.facet_sums)])
+            if before not in (0, digest):
+                self.facet_file.forget([before])
 
     def upsert_many(self, items: Sequence[tuple[CapabilityProfile, ProfileVectors]]) -> None:
         """Many agents at once (bulk import, cold start): postings are merged in one
@@ -212,6 +215,7 @@ class CapabilityIndex:
         if not items:
             return
         with self._lock:
+            before = {self._digest_of(p.canonical_id) for p, _ in items}
             slots = [self._claim(p.canonical_id) for p, _ in items]
             self._table.place_many(slots, items)
             self._ann.add(self._table, slots)
@@ -220,19 +224,26 @@ class CapabilityIndex:
             digests = self._table.digest[slots].tolist()
         if self.facet_file is not None:
             self.facet_file.put(
-                (p.canonical_id, d, v.facet_sums) for (p, v), d in zip(items, digests, strict=True)
+                (d, v.facet_sums) for (_, v), d in zip(items, digests, strict=True)
             )
+            self.facet_file.forget(before - set(digests) - {0})
 
     def remove(self, canonical_id: str) -> None:
         with self._lock:
             slot = self._table.slot_of.get(canonical_id)
             if slot is None:
                 return
+            before = int(self._table.digest[slot])
             self._ann.forget(self._table, slot)
             self._table.release(canonical_id)
             self.dirty = True
         if self.facet_file is not None:
-            self.facet_file.forget([canonical_id])
+            self.facet_file.forget([before])
+
+    def _digest_of(self, canonical_id: str) -> int:
+        """The profile digest of an indexed agent's slot (0: not indexed, unknown)."""
+        slot = self._table.slot_of.get(canonical_id)
+        return 0 if slot is None else int(self._table.digest[slot])
 
     def build_ann(self) -> None:
         """(Re)build the approximate indices over every indexed agent."""

@@ -101,7 +101,7 @@ class FacetCache:
                         self._keep(table, cid, got, FULL)
                         if not digests[cid]:  # a slot from an older snapshot: learn it
                             table.digest[slots[i]] = digest
-                        rows.append((cid, digest, got))  # keyed by what was embedded
+                        rows.append((digest, got))  # keyed by what was embedded
                 stored.put(rows)
         elif need:
             embedded = self._embed([c for _, c, _ in need], wanted, profiles_of, embed_profiles)

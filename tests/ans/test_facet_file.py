@@ -83,22 +83,22 @@ def test_rows_round_trip_within_the_int16_bound_and_only_for_their_digest(tmp_pa
     f = FacetFile(tmp_path / "f.sqlite", "model-a", DIM)
     a, b = sums(1), sums(2)
     b[3] = 0.0  # an empty facet stays exactly 0
-    f.put([("a", 11, a), ("b", 22, b)])
-    got = f.get({"a": 11, "b": 22, "c": 33})
-    assert sorted(got) == ["a", "b"]
+    f.put([(11, a), (22, b)])
+    got = f.get({"a": 11, "b": 22, "c": 33, "a-twin": 11})  # same text, same row
+    assert sorted(got) == ["a", "a-twin", "b"]
     for want, row in ((a, got["a"]), (b, got["b"])):
         bound = np.abs(want).max(axis=1, keepdims=True) / 32767 * 0.5 + 1e-7
         assert np.all(np.abs(row - want) <= bound)
     assert not got["b"][3].any()
     assert f.get({"a": 12}) == {}  # another version of the agent: never its row
-    f.forget(["a"])
+    f.forget([11])
     assert sorted(f.get({"a": 11, "b": 22})) == ["b"]
     np.testing.assert_array_equal(decode(encode(got["b"]), got["b"].shape), got["b"])
 
 
 def test_another_embedder_empties_the_file(tmp_path: Path) -> None:
     path = tmp_path / "f.sqlite"
-    FacetFile(path, "model-a", DIM).put([("a", 11, sums(1))])
+    FacetFile(path, "model-a", DIM).put([(11, sums(1))])
     assert FacetFile(path, "model-a", DIM).get({"a": 11})
     assert FacetFile(path, "model-b", DIM).get({"a": 11}) == {}
     assert FacetFile(path, "model-a", DIM).get({"a": 11}) == {}  # emptied, not hidden
@@ -108,17 +108,17 @@ def test_a_damaged_file_reads_empty_and_never_raises(tmp_path: Path) -> None:
     path = tmp_path / "f.sqlite"
     path.write_bytes(b"not a database" * 1000)
     f = FacetFile(path, "model-a", DIM)
-    f.put([("a", 11, sums(1))])
+    f.put([(11, sums(1))])
     assert f.get({"a": 11}) == {}
-    f.forget(["a"])
+    f.forget([11])
 
 
 def test_a_forked_worker_uses_its_own_connection(tmp_path: Path) -> None:
     f = FacetFile(tmp_path / "f.sqlite", "model-a", DIM)
-    f.put([("parent", 5, sums(4))])  # the parent's connection is open before the fork
+    f.put([(5, sums(4))])  # the parent's connection is open before the fork
 
     def child() -> None:
-        f.put([("child", 7, sums(3))])  # through the inherited object
+        f.put([(7, sums(3))])  # through the inherited object
 
     proc = multiprocessing.get_context("fork").Process(target=child)
     proc.start()
@@ -141,25 +141,32 @@ def test_a_restricted_query_reads_the_file_instead_of_re_embedding(
 
 def test_a_changed_agent_is_never_scored_with_its_old_sums(embedder: Any, tmp_path: Path) -> None:
     idx, source = indexed(embedder, tmp_path)
+    assert idx.facet_file is not None
     before = dict(ranking(idx, "hotel booking"))
+    old = CATALOG[4]
     new = agent(5, "Translates documents.", "hotel search,hotel booking")
     source.profiles[new.canonical_id] = new
-    idx.upsert(new)  # the writer: the new version's row replaces the old one
+    idx.upsert(new)  # the writer: the new version's row, the old one dropped
+    assert idx.facet_file.get({"x": profile_digest(old)}) == {}
+    assert idx.facet_file.get({"x": profile_digest(new)})
     after = dict(ranking(idx, "hotel booking"))
     assert after[new.canonical_id] > before[new.canonical_id] + 0.05
     assert source.asked == []
-    # a row of the old version written late (a slow worker) is not used
-    old_sums = idx.embed_profile(CATALOG[4]).facet_sums
-    assert idx.facet_file is not None
-    idx.facet_file.put([(new.canonical_id, profile_digest(CATALOG[4]), old_sums)])
+    # the old version's row written late (a slow worker) is never read for the new one
+    idx.facet_file.put([(profile_digest(old), idx.embed_profile(old).facet_sums)])
     idx._facets._sums.clear()
-    assert dict(ranking(idx, "hotel booking"))[new.canonical_id] == pytest.approx(
-        after[new.canonical_id], abs=1e-6
-    )
-    assert source.asked == [new.canonical_id]  # re-embedded once, then written back
+    again = dict(ranking(idx, "hotel booking"))
+    assert again[new.canonical_id] == pytest.approx(after[new.canonical_id], abs=1e-6)
+    # a lost row is re-embedded once, then read
+    idx.facet_file.forget([profile_digest(new)])
+    idx._facets._sums.clear()
+    assert dict(ranking(idx, "hotel booking")) == again
+    assert source.asked == [new.canonical_id]
     idx._facets._sums.clear()
     ranking(idx, "hotel booking")
     assert source.asked == [new.canonical_id]
+    idx.remove(new.canonical_id)  # an agent that leaves takes its row along
+    assert idx.facet_file.get({"x": profile_digest(new)}) == {}
 
 
 def test_slots_of_an_older_snapshot_are_embedded_once_then_read(
@@ -189,7 +196,7 @@ def test_the_file_is_shared_by_the_data_dir_and_survives_a_restart(
     embedder: Any, tmp_path: Path
 ) -> None:
     indexed(embedder, tmp_path)
-    rows = sqlite3.connect(tmp_path / "facets.sqlite").execute("SELECT count(*) FROM sums")
+    rows = sqlite3.connect(tmp_path / "facets.sqlite").execute("SELECT count(*) FROM by_digest")
     assert rows.fetchone()[0] == len(CATALOG)
     again = FacetFile(tmp_path / "facets.sqlite", embedder_fingerprint(embedder), DIM)
     digests = {p.canonical_id: profile_digest(p) for p in CATALOG}
