@@ -53,7 +53,7 @@ from ans.governance.signing import RESULT_SIGNATURE_FIELD, verify_document
 from ans.protocol.messages import query_digest
 from report import size_label  # bench/ is on sys.path when run as a script
 
-from tools.launcher import RunningServer, start_server, stop_server
+from tools.launcher import RunningServer, cpu_ms, start_server, stop_server
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
@@ -184,16 +184,26 @@ def stop_proc(proc: subprocess.Popen[str]) -> None:
         proc.wait(timeout=5)
 
 
-def process_tree_memory(pid: int) -> dict[str, Any]:
-    """RSS, PSS (shared pages split between the processes that map them) and
-    peak RSS of ``pid`` and its children (the workers of ``ans serve
-    --workers N``), in MB; PSS summed is what the tree really holds."""
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its children (the workers of ``ans serve --workers N``)."""
     try:
         kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     except OSError:
         kids = []
+    return [pid, *(int(k) for k in kids)]
+
+
+def tree_cpu_ms(pid: int) -> float:
+    """User + system CPU of ``pid`` and its children so far, in ms."""
+    return sum(cpu_ms(p) or 0.0 for p in process_tree(pid))
+
+
+def process_tree_memory(pid: int) -> dict[str, Any]:
+    """RSS, PSS (shared pages split between the processes that map them) and
+    peak RSS of ``pid`` and its children (the workers of ``ans serve
+    --workers N``), in MB; PSS summed is what the tree really holds."""
     procs = []
-    for p in [pid, *(int(k) for k in kids)]:
+    for p in process_tree(pid):
         row: dict[str, Any] = {"pid": p}
         try:
             for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
@@ -441,8 +451,15 @@ def bench_size(n: int, args: argparse.Namespace, synth: Any, source: str) -> dic
                       "connections": args.connections}
             sample = run / f"samples-c{c}.jsonl"
             log(f"N={n} c={c}: ours")
+            cpu0, t0 = tree_cpu_ms(srv.proc.pid), time.monotonic()
             ours = run_client(srv.url, params, sample=SAMPLE,
                               sample_out=sample, **common)
+            # the server's CPU over the run (warm-up included): how many cores it
+            # kept busy, and per request -- what the client left it, and its cost
+            busy = (tree_cpu_ms(srv.proc.pid) - cpu0) / 1000.0 / (time.monotonic() - t0)
+            ours["server_cores_busy"] = round(busy, 3)
+            if ours.get("rps"):
+                ours["server_cpu_ms_per_request"] = round(busy / ours["rps"] * 1000.0, 3)
             log(f"N={n} c={c}: floor")
             fl = run_client(floor_url, params, **common)
             problems += client_problems(f"N={n} c={c} ours", ours)
@@ -457,8 +474,9 @@ def bench_size(n: int, args: argparse.Namespace, synth: Any, source: str) -> dic
             if args.h2load and not args.quick:
                 levels[str(c)]["h2load_ours"] = run_h2load(srv.url, queries[0], c,
                                                            args.duration, run)
-            log(f"N={n} c={c}: ours {ours['rps']} rps p50 {ours['p50_ms']} ms, "
-                f"floor {fl['rps']} rps, ratio {ratio}")
+            log(f"N={n} c={c}: ours {ours['rps']} rps p50 {ours['p50_ms']} ms "
+                f"(server {ours.get('server_cpu_ms_per_request')} ms CPU a request, "
+                f"{ours['server_cores_busy']} cores busy), floor {fl['rps']} rps, ratio {ratio}")
         res["levels"] = levels
         res["signatures"] = sig
         if sig["failed"]:

@@ -173,11 +173,22 @@ def targets(results: Path = RESULTS) -> list[Target]:
     scale = round(a / b, 3) if a and b else None
     why = next((f"{x.file}: {x.note}" for x in (load, w1) if x.data is None), "no 10k c=16")
     ok = None if scale is None or w != 2 else scale >= 1.8
+    # what the client (on the same cores) left the server, and what a request cost it
+    cores = [dig(x.data, "sizes", "10000", "levels", "16", "ours", "server_cores_busy")
+             for x in (load, w1)]
+    cost = [dig(x.data, "sizes", "10000", "levels", "16", "ours", "server_cpu_ms_per_request")
+            for x in (load, w1)]
+    server = (
+        f"; server busy {fmt(cores[0])} / {fmt(cores[1])} cores, "
+        f"{fmt(cost[0])} / {fmt(cost[1])} ms CPU a request"
+        if None not in cores and None not in cost
+        else ""
+    )
     out.append(
         Target(
             f"throughput from 1 to {w or 'W'} workers (ours req/s, 10k, c=16)",
             "≥ 1.8x" if w in (2, None) else f"≥ 1.8x from 1 to 2 (this run: {w} workers)",
-            "-" if scale is None else f"{fmt(scale)}x ({fmt(a)} / {fmt(b)} req/s)",
+            "-" if scale is None else f"{fmt(scale)}x ({fmt(a)} / {fmt(b)} req/s{server})",
             f"{load.at('10k c=16', a)} ÷ {w1.at('10k c=16', b)}",
             judged(scale, ok, why),
         )

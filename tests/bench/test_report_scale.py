@@ -15,9 +15,17 @@ sys.path.insert(0, str(ROOT / "bench"))
 import report_scale  # noqa: E402
 
 
-def level(rps: float, floor_rps: float, p50: float = 5.0, p99: float = 20.0) -> dict:
+def level(
+    rps: float,
+    floor_rps: float,
+    p50: float = 5.0,
+    p99: float = 20.0,
+    cores: float | None = None,
+    cost: float | None = None,
+) -> dict:
+    server = {} if cores is None else {"server_cores_busy": cores, "server_cpu_ms_per_request": cost}
     return {
-        "ours": {"rps": rps, "p50_ms": p50, "p99_ms": p99},
+        "ours": {"rps": rps, "p50_ms": p50, "p99_ms": p99, **server},
         "floor": {"rps": floor_rps},
         "ratio": round(rps / floor_rps, 4),
     }
@@ -48,7 +56,7 @@ def results_dir(tmp_path: Path, skip_visibility: bool = False) -> Path:
         {
             "settings": {"workers": 2},
             "sizes": {
-                "10000": {"levels": {"16": level(380, 1000)}},  # 0.38 >= 0.3: met
+                "10000": {"levels": {"16": level(380, 1000, cores=1.7, cost=4.5)}},  # 0.38: met
                 "100000": {
                     "levels": {
                         "1": level(500, 900, p50=1.5),  # 1.5 <= 2 ms: met
@@ -70,7 +78,10 @@ def results_dir(tmp_path: Path, skip_visibility: bool = False) -> Path:
     write(
         d,
         "load-workers1.json",
-        {"settings": {"workers": 1}, "sizes": {"10000": {"levels": {"16": level(200, 1000)}}}},
+        {
+            "settings": {"workers": 1},
+            "sizes": {"10000": {"levels": {"16": level(200, 1000, cores=0.9, cost=4.4)}}},
+        },
     )  # 380/200 = 1.9x: met
     write(
         d,
@@ -130,7 +141,9 @@ def test_met_not_met_and_not_measured(tmp_path):
     assert status["ratio ours/floor, c=16, workers = cores, 10k"] == "met"
     assert status["ratio ours/floor, c=16, workers = cores, 100k"] == "**not met**"
     assert status["throughput from 1 to 2 workers (ours req/s, 10k, c=16)"] == "met"
-    assert r["throughput from 1 to 2 workers (ours req/s, 10k, c=16)"][2].startswith("1.9x")
+    scaling = r["throughput from 1 to 2 workers (ours req/s, 10k, c=16)"][2]
+    assert scaling.startswith("1.9x")
+    assert "server busy 1.7 / 0.9 cores, 4.5 / 4.4 ms CPU a request" in scaling
     assert status["ratio ours/floor, c=16, workers = 1, 10k"] == "reported"
     assert status["c=1 p50 at 100k"] == "met"
     assert status["c=1 p99 at 1M"] == "**not met**"
