@@ -28,7 +28,8 @@ from typing import Any, Protocol
 
 from ..config import RankingWeights
 from ..matcher import CapabilityMatcher
-from ..registry import AgentEntry, Registry, result_fields
+from ..registry import AgentEntry, Registry
+from ..result_fields import result_fields
 from ..store import RegistryStore
 
 # Result fields of recently returned agents (manifest -> item fields), so a

@@ -99,3 +99,36 @@ def test_a_bulk_registry_write_keeps_the_last_attributes_of_a_slot_written_twice
     slot5 = reg._slot_of[f"{5:064x}"]
     hit = reg.profiles.tags.any_of(("first",), len(reg._ids))
     assert not hit[slot5] and hit.sum() == BULK_PROFILES + 9
+
+
+def test_a_start_up_batch_fills_the_registry_as_row_by_row_writes_do() -> None:
+    """The bulk path of put_many (new store rows, no free slot) against the
+    general one: same slots, columns, interned codes, gate counts and link log."""
+    from ans.config import RankingWeights
+    from ans.registry import Registry
+    from ans.store import IndexRow
+
+    rng = random.Random(3)
+    rows = [
+        IndexRow(f"{i:064x}", rng.choice(["kid-a", "kid-b"]), rng.choice([1, 2, 3]),
+                 rng.choice([0.5, 0.75, 0.9]), rng.choice(["zone:a", "zone:b"]),
+                 rng.choice(["a.example", "b.example"]), rng.choice(["", "finance:read"]))
+        for i in range(300)
+    ]
+    bulk, general = Registry(RankingWeights()), Registry(RankingWeights())
+    general._put_new = lambda entries: False  # type: ignore[method-assign]
+    for reg in (bulk, general):
+        reg.put_many(rows[:200])
+        reg.put_many(rows[200:])
+    assert bulk._ids == general._ids and bulk._slot_of == general._slot_of
+    for col in ("_tier", "_behavioral", "_score0", "_zone", "_org", "_scope", "_kid", "_valid"):
+        a, b = getattr(bulk, col)[:300], getattr(general, col)[:300]  # capacities may differ
+        np.testing.assert_array_equal(a, b, err_msg=col)
+    assert bulk.gate_counts == general.gate_counts
+    assert bulk._link_log == general._link_log
+    for codes in ("_zones", "_orgs", "_scopes", "_kids"):
+        assert getattr(bulk, codes).values == getattr(general, codes).values
+    # an id already indexed, or a free slot: the general path (nothing half-done)
+    bulk.remove(rows[5].canonical_id)
+    bulk.put_many([rows[5]])
+    assert bulk._slot_of[rows[5].canonical_id] == general._slot_of[rows[5].canonical_id]
