@@ -2,6 +2,7 @@
 
     OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/query_profile.py --agents 10000,100000 \\
         [--queries 500] [--label before] [--http-duration 8] [--golden OLD.json] [--doc]
+        [--domains]   # every query also names capability_domains (the load's sets)
 
 Per catalog size N (``tools.synth`` catalog, ``ans import`` into a data dir,
 both cached under ``--cache`` by N):
@@ -44,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -120,8 +122,17 @@ def intents(catalog: Path, count: int) -> tuple[str, list[str]]:
     return source, out
 
 
+# --domains: each intent also names one of the load's capability_domains sets
+# (tools.synth's), picked by a hash of the intent: the same in process and over HTTP
+DOMAIN_SETS: tuple[list[str], ...] = ()
+
+
 def params_of(intent: str) -> dict[str, Any]:
-    return {"intent": intent, "limit": 10}
+    params: dict[str, Any] = {"intent": intent, "limit": 10}
+    if DOMAIN_SETS:
+        pick = zlib.crc32(intent.encode()) % len(DOMAIN_SETS)
+        params["capability_domains"] = DOMAIN_SETS[pick]
+    return params
 
 
 # -- stage timers ------------------------------------------------------------------------
@@ -497,7 +508,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--golden", type=Path, help="a previous results JSON: every top 10 must match")
     ap.add_argument("--doc", action="store_true", help="write the table to docs/query-profile.md")
+    ap.add_argument("--domains", action="store_true",
+                    help="every query names capability_domains (the load's sets, by intent)")
     args = ap.parse_args(argv)
+    if args.domains:
+        from tools.synth import CAPABILITY_DOMAIN_SETS
+
+        global DOMAIN_SETS
+        DOMAIN_SETS = tuple(list(x) for x in CAPABILITY_DOMAIN_SETS)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()
     report: dict[str, Any] = {"label": args.label, "commit": commit,
