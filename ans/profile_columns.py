@@ -33,6 +33,8 @@ import numpy.typing as npt
 from ans.governance.profile_metadata import ProfileAttrs
 from ans.protocol.request_types import ProfileParams
 
+from .codes import Codes
+
 Slots = npt.NDArray[np.int32]
 
 
@@ -49,8 +51,9 @@ class MultiColumn:
 
     def __init__(self, width: int) -> None:
         self.width = width
-        self.values: list[str] = []
-        self.code_of: dict[str, int] = {}
+        self._codes = Codes()
+        self.values = self._codes.values
+        self.code_of = self._codes.code_of
         self._mat = np.full((0, width), -1, dtype=np.int32)
         self._spill: dict[int, tuple[int, ...]] = {}
         self._post: list[Slots] = []
@@ -64,12 +67,8 @@ class MultiColumn:
             self._mat = mat
 
     def _code(self, value: str) -> int:
-        c = self.code_of.get(value)
-        if c is None:
-            c = len(self.values)
-            value = sys.intern(value)
-            self.values.append(value)
-            self.code_of[value] = c
+        c = self._codes.code(value)
+        if c == len(self._post):  # a new value: its (empty) postings
             self._post.append(np.zeros(0, dtype=np.int32))
         return c
 

@@ -33,6 +33,7 @@ from ans.governance.profile_metadata import (
 from ans.protocol.messages import DiscoverParams
 from ans.protocol.scope import AuthorityScope
 
+from .codes import Codes
 from .config import RankingWeights
 from .profile_columns import ProfileColumns
 from .ranking import PRECISION, TIER_NORM, rank_score, sort_key
@@ -95,23 +96,6 @@ class AgentEntry:
         )
 
 
-class _Codes:
-    """An interned string table: value <-> small int code."""
-
-    def __init__(self) -> None:
-        self.values: list[str] = []
-        self.code_of: dict[str, int] = {}
-
-    def code(self, value: str) -> int:
-        c = self.code_of.get(value)
-        if c is None:
-            c = len(self.values)
-            value = sys.intern(value)
-            self.values.append(value)
-            self.code_of[value] = c
-        return c
-
-
 @dataclass(frozen=True, slots=True)
 class ScoredAgent:
     """One gate-passing local agent with its exact scores."""
@@ -130,7 +114,7 @@ class Registry(Mapping[str, AgentEntry]):
         self._slot_of: dict[str, int] = {}
         self._ids: list[str | None] = []
         self._free: list[int] = []
-        self._zones, self._orgs, self._scopes, self._kids = _Codes(), _Codes(), _Codes(), _Codes()
+        self._zones, self._orgs, self._scopes, self._kids = Codes(), Codes(), Codes(), Codes()
         self._tier = np.zeros(0, dtype=np.int8)
         self._behavioral = np.zeros(0, dtype=np.float64)
         self._score0 = np.zeros(0, dtype=np.float64)  # exact rank_score with no capability match
