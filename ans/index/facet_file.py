@@ -30,8 +30,9 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +47,7 @@ FACET_FILE = "facet-sums.sqlite"
 LEVELS = 32767  # int16 codes per facet: code = round(sum / facet max * LEVELS)
 CHUNK = 500  # digests per SELECT (SQLite's bound-parameter limit is 32766; keep it small)
 BUSY_MS = 200  # a writer holding the file longer costs a re-embed, not a wait
+RETRY_S = 60.0  # after a failure (disk full, I/O), the file is tried again this much later
 # 16 KB pages hold four 3.6 KB rows each (a 4 KB page holds one, plus an
 # overflow page). The digest is the rowid: one B-tree lookup a row (a text key
 # with its own index took two, ~7 ms for 64 rows of a 4 GB file at 1M agents).
@@ -75,6 +77,10 @@ def decode(row: bytes, shape: tuple[int, int]) -> FacetSums:
     return (codes.astype(np.float32) * (scale / LEVELS)[:, None]).astype(np.float32)
 
 
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    return "locked" in str(exc) or "busy" in str(exc)
+
+
 def stored_precision(sums: npt.NDArray[np.float32]) -> FacetSums:
     """``sums`` as a row of the file reads back: a restricted query scores the
     same whether its candidates' sums were just embedded or read."""
@@ -92,21 +98,42 @@ class FacetFile:
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
         self._pid = -1
-        self._broken = False
+        self._retry_at = 0.0  # monotonic: after a failure, not tried before this
+        self._damaged = False  # replace the file at the next open
 
     # -- connection --------------------------------------------------------------------
     def _conn(self) -> sqlite3.Connection | None:
-        """This process's connection (opened, and the schema checked, on first use)."""
-        if self._broken:
+        """This process's connection (opened, and the schema checked, on first
+        use); None while the file is busy or, after a failure, for RETRY_S."""
+        if time.monotonic() < self._retry_at:
             return None
         if self._db is not None and self._pid == os.getpid():
             return self._db
         self._db = None  # a forked child never uses its parent's connection
+        for attempt in (1, 2):
+            try:
+                self._db, self._pid = self._open(), os.getpid()
+                return self._db
+            except sqlite3.OperationalError as exc:
+                if _busy(exc):
+                    return None  # another process is writing: try again next time
+                self._give_up("open", exc)
+                return None
+            except sqlite3.DatabaseError as exc:  # not a database, malformed
+                if attempt == 2:
+                    self._give_up("open", exc)
+                    return None
+                self._replace(exc)
+        return None
+
+    def _open(self) -> sqlite3.Connection:
+        if self._damaged:
+            self._replace(None)
+        db = sqlite3.connect(
+            self.path, timeout=BUSY_MS / 1000, isolation_level="IMMEDIATE",
+            check_same_thread=False,
+        )
         try:
-            db = sqlite3.connect(
-                self.path, timeout=BUSY_MS / 1000, isolation_level="IMMEDIATE",
-                check_same_thread=False,
-            )
             db.execute(f"PRAGMA page_size={PAGE_SIZE}")  # a new file only
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")  # a cache: no fsync per commit
@@ -120,34 +147,46 @@ class FacetFile:
                         "INSERT OR REPLACE INTO meta (key, value) VALUES ('embedder', ?)",
                         (self._fingerprint,),
                     )
-        except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):
-                return None  # another process is writing: try again next time
-            self._give_up("open", exc)
-            return None
-        except sqlite3.Error as exc:
-            self._give_up("open", exc)
-            return None
-        self._db, self._pid = db, os.getpid()
+        except BaseException:
+            db.close()
+            raise
         return db
 
+    def _replace(self, exc: Exception | None) -> None:
+        """A damaged file is a cache lost: removed, to be written again."""
+        self._damaged = False
+        for side in ("", "-wal", "-shm", "-journal"):
+            with suppress(FileNotFoundError):
+                os.unlink(f"{self.path}{side}")
+        log.warning("facet-sums file damaged; starting a new one", path=str(self.path),
+                    error=str(exc)[:200] if exc else "malformed on read")
+
     def _give_up(self, what: str, exc: Exception) -> None:
-        """A damaged or unwritable file: restricted queries re-embed from now on."""
-        self._broken = True
+        """An unusable file (disk full, I/O error): restricted queries re-embed
+        for RETRY_S, then the file is tried again; a damaged one is replaced."""
+        self._retry_at = time.monotonic() + RETRY_S
+        self._damaged = isinstance(exc, sqlite3.DatabaseError) and not isinstance(
+            exc, sqlite3.OperationalError
+        )
+        if self._db is not None and self._pid == os.getpid():
+            with suppress(sqlite3.Error):
+                self._db.close()
+        self._db = None
         log.warning("facet-sums file unusable; restricted queries re-embed",
-                    path=str(self.path), during=what, error=str(exc)[:200])
+                    path=str(self.path), during=what, error=str(exc)[:200],
+                    retry_in_s=RETRY_S)
 
     @contextmanager
     def _using(self, what: str) -> Iterator[sqlite3.Connection | None]:
         """This process's connection under the lock (None: unusable). A busy or
         locked file skips the operation; any other SQLite error gives up on the
-        file for good."""
+        file for RETRY_S."""
         with self._lock:
             db = self._conn()
             try:
                 yield db
             except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) and "busy" not in str(exc):
+                if not _busy(exc):
                     self._give_up(what, exc)
             except sqlite3.Error as exc:
                 self._give_up(what, exc)

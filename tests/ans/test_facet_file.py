@@ -104,13 +104,26 @@ def test_another_embedder_empties_the_file(tmp_path: Path) -> None:
     assert FacetFile(path, "model-a", DIM).get({"a": 11}) == {}  # emptied, not hidden
 
 
-def test_a_damaged_file_reads_empty_and_never_raises(tmp_path: Path) -> None:
+def test_a_damaged_file_is_replaced_and_an_unusable_one_tried_again_later(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "f.sqlite"
     path.write_bytes(b"not a database" * 1000)
     f = FacetFile(path, "model-a", DIM)
-    f.put([(11, sums(1))])
-    assert f.get({"a": 11}) == {}
-    f.forget([11])
+    f.put([(11, sums(1))])  # the damaged file is a cache lost: a new one takes the row
+    assert sorted(f.get({"a": 11})) == ["a"]
+    assert path.read_bytes()[:15] == b"SQLite format 3"
+    # a directory that is not there (as a disk that refuses writes): no error, no
+    # row, and no new attempt before RETRY_S
+    gone = FacetFile(tmp_path / "not-yet" / "f.sqlite", "model-a", DIM)
+    gone.put([(11, sums(1))])
+    assert gone.get({"a": 11}) == {}
+    (tmp_path / "not-yet").mkdir()
+    gone.put([(11, sums(1))])
+    assert not (tmp_path / "not-yet" / "f.sqlite").exists()  # still waiting
+    gone._retry_at = 0.0  # RETRY_S later
+    gone.put([(11, sums(1))])
+    assert sorted(gone.get({"a": 11})) == ["a"]
 
 
 def test_a_forked_worker_uses_its_own_connection(tmp_path: Path) -> None:
