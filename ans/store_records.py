@@ -71,7 +71,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ans.protocol.errors import Conflict, ErrorCode, Gone
 
@@ -87,9 +87,10 @@ class StoredAgent:
     updated_at: str
 
 
-@dataclass(frozen=True, slots=True)
-class IndexRow:
-    """What the in-memory registry needs of one Active agent (no JSON decoded)."""
+class IndexRow(NamedTuple):
+    """What the in-memory registry needs of one Active agent (no JSON decoded).
+    A named tuple: a million are made at start-up, and a frozen dataclass's
+    __init__ cost ~3.8 us of the 5.3 s it took to read them at 1M agents."""
 
     canonical_id: str
     signer_kid: str
