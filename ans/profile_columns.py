@@ -305,6 +305,7 @@ class ProfileColumns:
         entries known there and given a slot (>= 0) whose attributes are not
         set yet (an agent changed since the snapshot keeps its own)."""
         slots = np.asarray(slots, dtype=np.int64)
+        self._check_saved(len(slots), arrays, values)  # nothing is written if this raises
         self.grow(int(slots.max(initial=-1)) + 1)
         saved_known = np.asarray(arrays["known"], dtype=bool)
         pick = saved_known & (slots >= 0)
@@ -318,6 +319,22 @@ class ProfileColumns:
         for name, col in self._named():
             saved = (values[name], arrays[f"{name}_lens"], arrays[f"{name}_codes"])
             col.restore(slots, pick, saved)
+
+    def _check_saved(self, n: int, arrays: dict[str, Any], values: dict[str, list[str]]) -> None:
+        """ValueError unless the saved columns are whole and consistent: one
+        entry per slot, counts adding up to the codes, codes within the tables."""
+        for key in ("known", "expires", "updated"):
+            if np.shape(arrays[key]) != (n,):
+                raise ValueError(f"profile column {key!r}: {np.shape(arrays[key])}, not ({n},)")
+        for name, _ in self._named():
+            lens, codes = np.asarray(arrays[f"{name}_lens"]), np.asarray(arrays[f"{name}_codes"])
+            table = values[name]
+            if not isinstance(table, list) or lens.shape != (n,) or lens.min(initial=0) < 0:
+                raise ValueError(f"profile column {name!r}: bad counts")
+            if codes.ndim != 1 or int(lens.sum()) != len(codes):
+                raise ValueError(f"profile column {name!r}: counts and codes disagree")
+            if len(codes) and not (0 <= int(codes.min()) and int(codes.max()) < len(table)):
+                raise ValueError(f"profile column {name!r}: a code outside its table")
 
     def _named(self) -> tuple[tuple[str, MultiColumn], ...]:
         return (("tags", self.tags), ("protocols", self.protocols), ("regions", self.regions))

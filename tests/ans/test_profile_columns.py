@@ -8,6 +8,7 @@ import math
 import random
 
 import numpy as np
+import pytest
 from ans.governance.profile_metadata import ProfileAttrs
 
 from ans.profile_columns import MultiColumn, ProfileColumns
@@ -132,3 +133,25 @@ def test_a_start_up_batch_fills_the_registry_as_row_by_row_writes_do() -> None:
     bulk.remove(rows[5].canonical_id)
     bulk.put_many([rows[5]])
     assert bulk._slot_of[rows[5].canonical_id] == general._slot_of[rows[5].canonical_id]
+
+
+def test_saved_columns_round_trip_and_inconsistent_ones_change_nothing() -> None:
+    cols = ProfileColumns()
+    cols.set_many([0, 1, 2], [attrs(("a", "b")), attrs(()), attrs(("c",), expires=9.0)])
+    order = np.array([2, -1, 0, 1, 7], dtype=np.int64)  # a snapshot's slots -> these
+    arrays, values = cols.state(order)
+    again = ProfileColumns()
+    again.restore(np.array([5, 6, 3, 4, 8], dtype=np.int64), arrays, values)
+    assert again.attrs(5) == cols.attrs(2) and again.attrs(3) == cols.attrs(0)
+    assert again.attrs(4) == cols.attrs(1) and again.attrs(6) is None and again.attrs(8) is None
+    assert again.tags.any_of(("a",), 9).tolist() == [i == 3 for i in range(9)]
+    assert again._expiring == 1
+    for broken in (
+        {**arrays, "tags_codes": arrays["tags_codes"][:-1]},  # counts and codes disagree
+        {**arrays, "known": arrays["known"][:3]},  # not one entry per slot
+        {**arrays, "tags_codes": arrays["tags_codes"] + 50},  # outside the value table
+    ):
+        fresh = ProfileColumns()
+        with pytest.raises(ValueError):
+            fresh.restore(np.arange(5, dtype=np.int64), broken, values)
+        assert not any(fresh.known(s) for s in range(5))  # nothing half-written
