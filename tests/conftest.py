@@ -131,12 +131,13 @@ def make_ans(embedder: Any, gov_key: SigningKey) -> Iterator[Callable[..., Any]]
             svc.store.close()
 
 
-def client_cert_pem(uri: str, now: dt.datetime) -> str:
-    """A self-signed P-256 client certificate whose SAN is ``uri`` (an agent
-    id, for mTLS mode), valid a day either side of ``now``, as PEM."""
+def client_cert_pem(uris: str | Sequence[str], now: dt.datetime) -> str:
+    """A self-signed P-256 client certificate whose SAN URIs are ``uris`` (an
+    agent id, for mTLS mode; none: no SAN), valid a day either side of ``now``,
+    as PEM."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "client")])
-    cert = (
+    builder = (
         x509.CertificateBuilder()
         .subject_name(name)
         .issuer_name(name)
@@ -144,11 +145,12 @@ def client_cert_pem(uri: str, now: dt.datetime) -> str:
         .serial_number(1)
         .not_valid_before(now - dt.timedelta(days=1))
         .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.UniformResourceIdentifier(uri)]), critical=False
-        )
-        .sign(key, hashes.SHA256())
     )
+    listed = [uris] if isinstance(uris, str) else list(uris)
+    if listed:
+        san = x509.SubjectAlternativeName([x509.UniformResourceIdentifier(u) for u in listed])
+        builder = builder.add_extension(san, critical=False)
+    cert = builder.sign(key, hashes.SHA256())
     return cert.public_bytes(serialization.Encoding.PEM).decode()
 
 

@@ -65,6 +65,7 @@ from ans.protocol.scope import AuthorityScope, parse_token
 from ..profile_metadata import check_metadata
 from ..service import AnsService
 from ..store_records import StoredAgent
+from ..surfaces.rest_errors import RestAnswer
 from .config import McpSettings
 from .errors import mcp_error
 from .query import match_query
@@ -139,13 +140,7 @@ class Live:
     agent: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class McpReply:
-    """What a registry call answers: HTTP status, JSON body, extra headers."""
-
-    status: int
-    body: dict[str, Any]
-    headers: tuple[tuple[str, str], ...] = ()
+McpReply = RestAnswer  # what a registry call answers: HTTP status, JSON body, extra headers
 
 
 def announcement_digest(agent_bytes: bytes) -> str:
@@ -211,12 +206,10 @@ class McpRegistry:
         try:
             return fn()
         except AgtpError as exc:
-            err = mcp_error(exc, version)
-            return McpReply(err.status, err.body, err.headers)
+            return mcp_error(exc, version)
         except Exception:
             log.exception("unhandled error in the MCP registry", method=method)
-            err = mcp_error(ServerError("internal error; see the server log"), version)
-            return McpReply(err.status, err.body, err.headers)
+            return mcp_error(ServerError("internal error; see the server log"), version)
 
     # -- announce -------------------------------------------------------------------
     def _announce(self, message: Mapping[str, Any], caller: McpCaller) -> McpReply:

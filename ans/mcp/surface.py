@@ -261,8 +261,7 @@ class McpSurface:
         if not isinstance(exc, AgtpError):
             log.exception("unhandled error on the MCP registry surface")
             exc = ServerError("internal error; see the server log")
-        err = mcp_error(exc, version)
-        return McpReply(err.status, err.body, err.headers)
+        return mcp_error(exc, version)
 
     @staticmethod
     async def _send(send: Send, reply: McpReply, correlation: str) -> None:

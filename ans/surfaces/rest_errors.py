@@ -23,12 +23,15 @@ Code = TypeVar("Code")
 
 
 @dataclass(frozen=True, slots=True)
-class RestError:
-    """One error answer of a REST surface: HTTP status, body object, headers."""
+class RestAnswer:
+    """One answer of a REST surface: HTTP status, body object, headers."""
 
     status: int
     body: dict[str, Any]
     headers: tuple[tuple[str, str], ...] = ()
+
+
+RestError = RestAnswer  # an error answer has the same shape
 
 
 def bounded_message(message: str) -> str:

@@ -41,6 +41,8 @@ from ans.protocol.errors import ERROR_CODES, AuthenticationFailed
 from ans.protocol.messages import Identity
 from ans.protocol.scope import parse_authority_scope
 
+from tests.conftest import client_cert_pem
+
 
 def _find_vectors() -> Path | None:
     for parent in Path(__file__).resolve().parents:
@@ -304,29 +306,7 @@ def test_zone_claim() -> None:
 
 
 def _cert(uris: list[str]) -> str:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "client")])
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(1)
-        .not_valid_before(NOW - timedelta(days=1))
-        .not_valid_after(NOW + timedelta(days=1))
-    )
-    if uris:
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName([x509.UniformResourceIdentifier(u) for u in uris]),
-            critical=False,
-        )
-    cert = builder.sign(key, hashes.SHA256())
-    return cert.public_bytes(serialization.Encoding.PEM).decode()
+    return client_cert_pem(uris, NOW)
 
 
 def test_certificate_san_uri_binds_agent_id() -> None:
