@@ -2,14 +2,14 @@
 
 The capability index picks its search by catalog size: up to ``exact_max``
 agents every query is scored exhaustively (a flat scan, exact); above it, the
-candidates of a query come from FAISS inverted-file indices with 8-bit scalar
+candidates of a query come from a FAISS inverted-file index with 8-bit scalar
 quantization (``IndexIVFScalarQuantizer``, inner product) over the unit
-capability vectors and the example vectors, and only those candidates are
-scored. Recall of the approximate path against the exhaustive one is
-measured at k=50 on the real query path (``bench/recall.py``).
+capability vectors (plus the best BM25 and tag hits), and only those
+candidates are scored. Recall of the approximate path against the exhaustive
+one is measured at k=50 on the real query path (``bench/index_scale.py``).
 
-Ids are the caller's int64 (a slot, or ``slot * EXAMPLE_STRIDE + k`` for the
-k-th example of a slot); a hashtable direct map makes removal O(1) per id.
+Ids are the caller's int64 (a slot); a hashtable direct map makes removal
+O(1) per id.
 """
 
 from __future__ import annotations

@@ -5,10 +5,9 @@ store (:class:`ans.index.int8_rows.QRows`), appended together on upsert; a repla
 removed agent's rows are zeroed and left as holes (a zero row scores 0, which
 is never a match) until more than half the rows are holes, when the rows are
 compacted. An agent's example score is its best example -- never an average.
-Exhaustively, P query vectors cost one packed int8 scan over all rows
-(:meth:`ans.index.int8_rows.QRows.scan`) and a running maximum per query over the
-agents' first, second, ... examples; for a candidate set, only the candidates' rows are read.
-Both give bit-identical similarities for the same row.
+The rows are read for a set of slots only (:meth:`ExampleBlocks.best_of`, routing
+equivalence) or one slot (:meth:`ExampleBlocks.sims_of`, a result's evidence):
+the example component is evidence, not ranked (``ans.index.scoring``).
 
 Only the leading ``dims`` components are stored: the default embedder is
 trained so that its leading 128 of 256 dimensions are themselves an
@@ -43,9 +42,6 @@ class ExampleBlocks:
         self._live = 0
         self._start = np.zeros(0, dtype=np.int64)  # slot -> first row
         self._count = np.zeros(0, dtype=np.int32)  # slot -> rows (0: none)
-        self._order: tuple[Ints, Ints | slice, list[tuple[Ints | None, Ints | slice]]] | None = (
-            None
-        )
 
     @property
     def total(self) -> int:
@@ -77,7 +73,6 @@ class ExampleBlocks:
         self._start[slot], self._count[slot] = self._used, k
         self._used += k
         self._live += k
-        self._order = None
 
     def drop(self, slot: int) -> None:
         if slot >= len(self._count) or self._count[slot] == 0:
@@ -86,7 +81,6 @@ class ExampleBlocks:
         self.rows.clear(slice(s, s + k))
         self._count[slot] = 0
         self._live -= k
-        self._order = None
 
     def _compact(self) -> None:
         slots = np.nonzero(self._count)[0]
@@ -102,7 +96,6 @@ class ExampleBlocks:
         np.cumsum(counts[:-1], out=starts[1:])
         self._start[slots] = starts
         self._used = len(idx)
-        self._order = None
 
     def _rows_of(self, slots: Ints) -> Ints:
         """Row indices of the slots' examples, block after block."""
@@ -113,63 +106,6 @@ class ExampleBlocks:
         ends = np.cumsum(counts)
         shift = np.repeat(self._start[slots] - (ends - counts), counts)
         return shift + np.arange(total, dtype=np.int64)
-
-    def _blocks(self) -> tuple[Ints, Ints | slice, list[tuple[Ints | None, Ints | slice]]]:
-        """The slots with examples; their first rows; and per further position k
-        (1, 2, ...) which of those slots have a k-th example (None: all of them)
-        and its rows. Rows are a slice when evenly spaced (a bulk-loaded catalog:
-        every agent's block the same size, back to back), else indices."""
-        if self._order is None:
-            slots = np.nonzero(self._count)[0]
-            starts = self._start[slots]
-            counts = self._count[slots]
-            gaps = np.diff(starts)
-            even = len(starts) > 1 and bool((gaps == gaps[0]).all()) and gaps[0] > 0
-
-            def rows(first: Ints) -> Ints | slice:  # first: one row per slot
-                if even:
-                    return slice(int(first[0]), int(first[-1]) + 1, int(gaps[0]))
-                return first
-
-            steps: list[tuple[Ints | None, Ints | slice]] = []
-            for k in range(1, int(counts.max()) if len(counts) else 0):
-                has = counts > k
-                if has.all():
-                    steps.append((None, rows(starts + k)))
-                else:
-                    sel = np.flatnonzero(has)
-                    steps.append((sel, starts[sel] + k))
-            self._order = (slots, rows(starts), steps)
-        return self._order
-
-    def best(self, queries: Vectors, n_slots: int) -> tuple[Vectors, Vectors]:
-        """Exhaustively: (best example similarity per slot and query: (n_slots, P);
-        every row's similarity: (rows, P)) for full-width query vectors."""
-        q = self.project(queries)
-        out = np.zeros((len(q), n_slots), dtype=np.float32)
-        if self._live == 0:
-            return out.T, np.zeros((0, len(q)), dtype=np.float32)
-        sims = self.rows.scan(q, self._used)
-        slots, starts, steps = self._blocks()
-        # every slot has examples (slots, sorted and unique, are then 0..n-1)
-        whole = len(slots) == n_slots and int(slots[-1]) == n_slots - 1
-        for j in range(len(q)):
-            # Position by position: the first examples' similarities, then the
-            # running max with every agent's k-th example (a handful of strided
-            # reads or gathers; a segmented reduceat over all rows costs ~3x more).
-            col = sims[:, j]
-            acc = col[starts].copy() if isinstance(starts, slice) else col.take(starts)
-            for sel, rows in steps:
-                kth = col[rows] if isinstance(rows, slice) else col.take(rows)
-                if sel is None:
-                    np.maximum(acc, kth, out=acc)
-                else:
-                    acc[sel] = np.maximum(acc[sel], kth)
-            if whole:
-                out[j] = acc
-            else:
-                out[j, slots] = acc
-        return out.T, sims
 
     def best_of(self, queries: Vectors, slots: Ints) -> Vectors:
         """Best example similarity of each given slot per query: (len(slots), P)."""
@@ -218,7 +154,7 @@ class ExampleBlocks:
 
     def sims_of(self, slot: int, queries: Vectors) -> Vectors:
         """Similarity of each of the slot's examples, in order, with each query
-        vector: (count, P) -- the same numbers :meth:`best` takes the max of."""
+        vector: (count, P) -- the same numbers :meth:`best_of` takes the max of."""
         if slot >= len(self._count) or self._count[slot] == 0:
             return np.zeros((0, len(queries)), dtype=np.float32)
         s, k = int(self._start[slot]), int(self._count[slot])

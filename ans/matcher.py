@@ -39,7 +39,7 @@ from .index.scoring import (
     QueryScores,
     example_value,
 )
-from .index.slots import EXAMPLE_STRIDE, Slots
+from .index.slots import MAX_EXAMPLES, Slots
 from .index.snapshot import SNAPSHOT_FORMAT
 
 _Pass = Pass  # the name ans.relevance and older callers use
@@ -51,10 +51,10 @@ __all__ = [
     "DOMAIN_FACETS",
     "EQUIVALENCE_WEIGHTS",
     "EXAMPLE_FLOOR",
-    "EXAMPLE_STRIDE",
     "FACETS",
     "FACET_INDEX",
     "MAX_EVIDENCE_EXAMPLES",
+    "MAX_EXAMPLES",
     "RESTRICTED_RERANK",
     "SEGMENT_MIX",
     "SNAPSHOT_FORMAT",

@@ -4,9 +4,12 @@ and where the candidates of a query come from when it does.
 Owns the mode switch (FAISS indices built above ``settings.exact_max`` agents,
 rebuilt when the catalog outgrows them fourfold, dropped below half of
 ``exact_max``), keeping those indices in step with the slot table, and the
-candidate union of a query (capability and example ANN hits, the best BM25
-and tag postings, or an exact flat-scan top-k for a ``capability_domains``
-query in exact mode). The FAISS wrapper itself is :mod:`ans.ann`.
+candidate union of a query (capability ANN hits, the best BM25 and tag
+postings, or an exact flat-scan top-k for a ``capability_domains`` query in
+exact mode). Published examples reach the candidates through the capability
+vector and BM25, which both read the "examples" facet; there is no example
+ANN index (the example component is evidence, not ranked: ``.scoring``).
+The FAISS wrapper itself is :mod:`ans.ann`.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import numpy.typing as npt
 from ..ann import AnnIndex, AnnSettings
 from .embedder import Vectors
 from .scoring import LexicalHits, TagPasses
-from .slots import EXAMPLE_STRIDE, Slots, SlotTable
+from .slots import Slots, SlotTable
 
 
 class AnnMode:
@@ -30,7 +33,6 @@ class AnnMode:
     def __init__(self, settings: AnnSettings) -> None:
         self.settings = settings
         self.cap: AnnIndex | None = None
-        self.ex: AnnIndex | None = None
         self.built_for = 0  # agents the approximate index was sized for
         self._marks = np.zeros(0, dtype=bool)  # scratch of the candidate union, all False
 
@@ -40,26 +42,15 @@ class AnnMode:
 
     def add(self, table: SlotTable, slots: Sequence[int]) -> None:
         """Index freshly placed slots (approximate mode only)."""
-        if self.cap is None or self.ex is None or not slots:
+        if self.cap is None or not slots:
             return
         arr = np.asarray(slots, dtype=np.int64)
         self.cap.add(table.cap.get(arr), arr)
-        ids, vecs = [], []
-        for s in slots:
-            ex = table.examples.vectors_of(s)
-            if len(ex):
-                ids.append(s * EXAMPLE_STRIDE + np.arange(len(ex), dtype=np.int64))
-                vecs.append(ex)
-        if ids:
-            self.ex.add(np.concatenate(vecs), np.concatenate(ids))
 
     def forget(self, table: SlotTable, slot: int) -> None:
         """Drop a slot before the table clears it (approximate mode only)."""
-        if self.cap is not None and self.ex is not None:
+        if self.cap is not None:
             self.cap.remove(np.array([slot], dtype=np.int64))
-            k = table.examples.count(slot)
-            if k:
-                self.ex.remove(slot * EXAMPLE_STRIDE + np.arange(k, dtype=np.int64))
 
     def maybe_switch(self, table: SlotTable) -> None:
         n = len(table)
@@ -68,7 +59,7 @@ class AnnMode:
         elif self.cap is not None and n > 4 * self.built_for:
             self.build(table)  # the inverted lists were sized for a quarter of this
         elif self.cap is not None and n <= self.settings.exact_max // 2:
-            self.cap = self.ex = None  # back to exhaustive (with hysteresis)
+            self.cap = None  # back to exhaustive (with hysteresis)
 
     def build(self, table: SlotTable) -> None:
         """(Re)build the approximate indices over every indexed agent."""
@@ -78,33 +69,19 @@ class AnnMode:
             return
         self.built_for = len(slots)
         self.cap = AnnIndex.build(table.dim, table.cap.get(slots), slots, self.settings)
-        ids, vecs = [], []
-        has = slots[table.has_examples[slots]]
-        for s in has.tolist():
-            ex = table.examples.vectors_of(s)
-            ids.append(s * EXAMPLE_STRIDE + np.arange(len(ex), dtype=np.int64))
-            vecs.append(ex)
-        ex_dim = table.examples.dims
-        self.ex = AnnIndex.build(
-            ex_dim,
-            np.concatenate(vecs) if vecs else np.zeros((1, ex_dim), np.float32),
-            np.concatenate(ids) if ids else np.zeros(0, np.int64),
-            self.settings,
-        )
         # the packed copies for exhaustive scans are not needed any more
         table.ctx.drop_packed()
         table.cap.drop_packed()
         table.examples.rows.drop_packed()
 
     def save(self, directory: Path) -> None:
-        if self.cap is not None and self.ex is not None:
+        if self.cap is not None:
             self.cap.save(directory / "capability.faiss")
-            self.ex.save(directory / "examples.faiss")
 
     def load(self, directory: Path, built_for: int) -> None:
-        nprobe = self.settings.nprobe
-        self.cap = AnnIndex.load(directory / "capability.faiss", nprobe)
-        self.ex = AnnIndex.load(directory / "examples.faiss", nprobe)
+        """The saved capability index (a snapshot from before 2026-11-26 also
+        holds an example index, ``examples.faiss``: nothing reads it now)."""
+        self.cap = AnnIndex.load(directory / "capability.faiss", self.settings.nprobe)
         self.built_for = built_for
 
     def nearest(self, capability: Vectors) -> Slots:
@@ -119,7 +96,6 @@ class AnnMode:
         q: Vectors,
         lex: LexicalHits,
         tag_passes: TagPasses,
-        use_examples: bool,
         n: int,
     ) -> Slots:
         """The union of each source's best ``candidates_at(live)`` per query text."""
@@ -133,13 +109,8 @@ class AnnMode:
         if len(qv):
             if self.cap is not None:
                 parts.append(self.cap.search(qv, k))
-                if use_examples and self.ex is not None:
-                    hits = self.ex.search(table.examples.project(qv), k)
-                    parts.append(hits // EXAMPLE_STRIDE)
             else:  # exact mode, capability_domains query: exact top-k by flat scan
                 sims = table.cap.scan(qv, n)
-                if use_examples and table.examples.total:
-                    sims = np.maximum(sims, table.examples.best(qv, n)[0])
                 for col in sims.T:
                     parts.append(np.argpartition(-col, min(k, n - 1))[:k])
         for bm25 in lex:

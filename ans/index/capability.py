@@ -64,6 +64,7 @@ from .scoring import (
     MAX_EVIDENCE_EXAMPLES,
     QueryScores,
     combine,
+    example_value,
     fuse_texts,
     tag_scores,
 )
@@ -281,7 +282,6 @@ class CapabilityIndex:
         restricted = domains is not None and not all(
             DOMAIN_FACETS[d] is None or d in allowed for d in ALL_DOMAINS
         )
-        use_examples = "examples" in allowed
         t = self._table
         with self._lock:
             n = len(t.id_of)
@@ -298,18 +298,15 @@ class CapabilityIndex:
                 cand = (
                     np.arange(n, dtype=np.int64)
                     if full
-                    else self._ann.candidates(t, q, lex, tag_passes, use_examples, n)
+                    else self._ann.candidates(t, q, lex, tag_passes, n)
                 )
             if restricted and not full and len(cand) > RESTRICTED_RERANK:
-                cand = narrow(t, cand, q, lex, tag_passes, use_examples)
-            ctx, cap, ex = self._similarities(
-                q, cand, n, full, allowed if restricted else None, use_examples
-            )
+                cand = narrow(t, cand, q, lex, tag_passes)
+            ctx, cap = self._similarities(q, cand, n, full, allowed if restricted else None)
             pick = slice(0, n) if full else cand  # every slot: no gather
-            has_ex = t.has_examples[pick] & use_examples
             has_tags = t.n_tags[pick] > 0
             ids = None if lazy_ids else t.ids_at(cand, full)
-        passes = fuse_texts(q, ctx, cap, lex, ex, has_ex, has_tags, tag_passes, pick)
+        passes = fuse_texts(q, ctx, cap, lex, has_tags, tag_passes, pick)
         return combine(
             passes,
             ids,
@@ -339,11 +336,10 @@ class CapabilityIndex:
         n: int,
         full: bool,
         restricted_to: set[str] | None,
-        use_examples: bool,
-    ) -> tuple[Vectors, Vectors, Vectors]:
-        """Context, capability and best-example similarities of the candidates
-        (every slot when ``full``) with each query vector; the capability over
-        the description and ``restricted_to`` facets only when given."""
+    ) -> tuple[Vectors, Vectors]:
+        """Context and capability similarities of the candidates (every slot
+        when ``full``) with each query vector; the capability over the
+        description and ``restricted_to`` facets only when given."""
         t = self._table
         qc = query_codes(q)  # context and capability rows share the query codes
         ctx = t.ctx.scan(qc, n) if full else t.ctx.scan_rows(qc, cand)
@@ -354,11 +350,7 @@ class CapabilityIndex:
             cap = similarities(facets, q)
         else:
             cap = t.cap.scan(qc, n) if full else t.cap.scan_rows(qc, cand)
-        if not (use_examples and t.examples.total):
-            ex = np.zeros((n if full else len(cand), len(q)), np.float32)
-        else:
-            ex = t.examples.best(q, n)[0] if full else t.examples.best_of(q, cand)
-        return ctx, cap, ex
+        return ctx, cap
 
     def _profiles_of(self, ids: Sequence[str]) -> Mapping[str, CapabilityProfile]:
         profiles = self._table.profiles
@@ -367,22 +359,26 @@ class CapabilityIndex:
         assert self._source is not None
         return self._source(ids)
 
-    def matched_examples(self, canonical_id: str, slot: int, q: Vectors) -> list[dict[str, Any]]:
-        """The agent's best-matching published examples for the query vectors
-        (each scored exactly as the example component scores it)."""
+    def example_evidence(
+        self, canonical_id: str, slot: int, q: Vectors
+    ) -> tuple[float | None, list[dict[str, Any]]]:
+        """The example component of an agent for the whole intent (its best
+        example's similarity, :func:`.scoring.example_value`; None when it
+        published none) and its best-matching examples for any query text."""
         with self._lock:
             if self._table.slot_of.get(canonical_id) != slot:
-                return []
+                return None, []
             sims = self._table.examples.sims_of(slot, q)
         if not len(sims):
-            return []
+            return None, []
+        example = float(example_value(sims[:, :1].max(axis=0))[0])
         profile = self._profiles_of([canonical_id]).get(canonical_id)
         if profile is None:
-            return []
+            return example, []
         best = sims.max(axis=1)
         examples = profile.examples[: len(sims)]
         order = sorted(range(len(examples)), key=lambda k: (-float(best[k]), k))
-        return [
+        return example, [
             {
                 "id": examples[k].id,
                 "text": examples[k].text,

@@ -157,30 +157,21 @@ def narrow(
     q: Vectors,
     lex: LexicalHits,
     tag_passes: TagPasses,
-    use_examples: bool,
 ) -> Slots:
     """The RESTRICTED_RERANK candidates that score best with every facet
     (the whole intent only): a capability_domains query re-embeds just these."""
     q0 = q[:1]
     tag_dense, tag_list = tag_passes[0]
-    ex = (
-        table.examples.best_of(q0, cand)[:, 0]
-        if use_examples and table.examples.total
-        else np.zeros(len(cand), np.float32)
-    )
-    has_ex = table.has_examples[cand] & use_examples
     has_tags = table.n_tags[cand] > 0
     prelim = fuse(
         table.ctx.scan_rows(q0, cand)[:, 0],
         table.cap.scan_rows(q0, cand)[:, 0],
         lex[0].at(cand),
-        ex,
-        has_ex,
         tag_dense[cand] if tag_dense is not None else None,
         has_tags,
         tag_list,
         not np.any(q0),
-        weight_sums(has_ex, has_tags),
+        weight_sums(has_tags),
     ).fused
     keep = np.argpartition(-prelim, RESTRICTED_RERANK - 1)[:RESTRICTED_RERANK]
     out: Slots = np.sort(cand[keep])

@@ -36,16 +36,21 @@ TagPasses = list[tuple[Vectors | None, TagHits]]
 # Per query text: BM25 scores over slots, read where asked, and the slots the postings touched.
 LexicalHits = list[LexicalScores]
 
-# Fusion weights. context/capability/example/lexical were fitted by
-# leave-one-out over the MetaTool *example tasks* only (never the evaluation
-# queries); tag is fixed a priori (MetaTool has no tags). See docs/matching.md.
+# Fusion weights. context/capability/lexical were fitted by leave-one-out over
+# the MetaTool *example tasks* only (never the evaluation queries); tag is fixed
+# a priori (MetaTool has no tags). See docs/matching.md. Published examples are
+# matched through the capability vector and BM25 (both read the "examples"
+# facet); the example component -- an agent's best single example -- is
+# evidence, not fused: with it fused at 0.2, R@5 on MetaTool was 0.836, without
+# it 0.846 (mixed trust, through the server), and it cost a second FAISS search
+# and ~7,000 row gathers per query at 100k agents (docs/query-profile.md).
 WEIGHTS: dict[str, float] = {
     "context": 0.2,
     "capability": 0.2,
-    "example": 0.2,
     "lexical": 0.4,
     "tag": 0.2,
 }
+# The components an answer's evidence reports (``score_components``).
 COMPONENTS = ("tag", "context", "capability", "example", "lexical")
 # Example similarities at or below this are "no match" (0) — a priori.
 EXAMPLE_FLOOR = 0.2
@@ -72,8 +77,6 @@ class Pass:
     ctx: Vectors | None = None  # None: an empty text, nothing scored
     cap: Vectors | None = None
     lexical: Vectors | None = None
-    ex: Vectors | None = None
-    has_ex: npt.NDArray[np.bool_] | None = None
     tag: Vectors | None = None
     has_tags: npt.NDArray[np.bool_] | None = None
 
@@ -87,8 +90,6 @@ class Pass:
             "capability": float(np.clip(self.cap[i], 0.0, 1.0)),
             "lexical": float(self.lexical[i]),
         }
-        if self.ex is not None and self.has_ex is not None and self.has_ex[i]:
-            out["example"] = float(example_value(self.ex[i : i + 1])[0])
         if self.tag is not None and self.has_tags is not None and self.has_tags[i]:
             out["tag"] = float(self.tag[i])
         return out
@@ -258,13 +259,16 @@ class QueryScores:
             for tag, holders in p.tags:
                 if np.any(holders == slot):
                     tags.add(tag)
-        examples_allowed = self.domains is None or "examples" in self.domains
+        matched: list[dict[str, Any]] = []
+        if self.domains is None or "examples" in self.domains:
+            example, matched = self.index.example_evidence(canonical_id, slot, self.vectors)
+            if example is not None:
+                comps["example"] = round(example, PRECISION)
+        order = {name: k for k, name in enumerate((*COMPONENTS, "fused", "segment"))}
         return {
-            "score_components": comps,
+            "score_components": dict(sorted(comps.items(), key=lambda kv: order[kv[0]])),
             "matched_tags": sorted(tags),
-            "matched_examples": self.index.matched_examples(canonical_id, slot, self.vectors)
-            if examples_allowed
-            else [],
+            "matched_examples": matched,
         }
 
 
@@ -281,57 +285,39 @@ def fuse(
     ctx: Vectors,
     cap: Vectors,
     lexical: Vectors,
-    ex: Vectors,
-    has_ex: npt.NDArray[np.bool_],
     tag: Vectors | None,
     has_tags: npt.NDArray[np.bool_],
     tags: TagHits,
     empty: bool,
-    sums: tuple[Vectors, Vectors],
+    sums: Vectors,
 ) -> Pass:
     """The weighted mean of the components over the weights of the components
-    each agent has (``sums``: :func:`weight_sums`, without and with the tag
-    component)."""
+    each agent has (``sums``: :func:`weight_sums`, used when the text names a
+    known tag)."""
     n = len(ctx)
     if empty:
         return Pass(np.zeros(n, dtype=np.float32), [])
     total = WEIGHTS["context"] * np.clip(ctx, 0.0, 1.0)
     total += WEIGHTS["capability"] * np.clip(cap, 0.0, 1.0)
     total += WEIGHTS["lexical"] * lexical
-    any_ex = bool(has_ex.any())
-    if any_ex:
-        total += WEIGHTS["example"] * np.where(has_ex, example_value(ex), 0.0)
     if tag is not None:
         total += WEIGHTS["tag"] * np.where(has_tags, tag, 0.0)
-    total /= sums[tag is not None]
+        total /= sums
+    else:
+        total /= BASE_WEIGHT
     fused = np.clip(total, 0.0, 1.0, out=total).astype(np.float32, copy=False)
-    return Pass(
-        fused,
-        tags,
-        ctx,
-        cap,
-        lexical,
-        ex if any_ex else None,
-        has_ex,
-        tag,
-        has_tags,
-    )
+    return Pass(fused, tags, ctx, cap, lexical, tag, has_tags)
 
 
-def weight_sums(
-    has_ex: npt.NDArray[np.bool_], has_tags: npt.NDArray[np.bool_]
-) -> tuple[Vectors, Vectors]:
-    """Per candidate, the sum of the weights of the components it has: without
-    and with the tag component (a text names a known tag or not)."""
-    base = np.full(
-        len(has_ex),
-        WEIGHTS["context"] + WEIGHTS["capability"] + WEIGHTS["lexical"],
-        dtype=np.float32,
-    )
-    base += WEIGHTS["example"] * has_ex
-    with_tag = base.copy()
-    with_tag += WEIGHTS["tag"] * has_tags
-    return base, with_tag
+BASE_WEIGHT = np.float32(WEIGHTS["context"] + WEIGHTS["capability"] + WEIGHTS["lexical"])
+
+
+def weight_sums(has_tags: npt.NDArray[np.bool_]) -> Vectors:
+    """Per candidate, the sum of the weights of the components it has when the
+    text names a known tag (without one every agent has the same three)."""
+    out: Vectors = np.full(len(has_tags), BASE_WEIGHT, dtype=np.float32)
+    out += np.float32(WEIGHTS["tag"]) * has_tags
+    return out
 
 
 def tag_scores(tags: SlotPostings, live: int, text: str, n: int) -> tuple[Vectors | None, TagHits]:
@@ -361,8 +347,6 @@ def fuse_texts(
     ctx: Vectors,
     cap: Vectors,
     lex: LexicalHits,
-    ex: Vectors,
-    has_ex: npt.NDArray[np.bool_],
     has_tags: npt.NDArray[np.bool_],
     tag_passes: TagPasses,
     pick: slice | Slots,
@@ -370,7 +354,7 @@ def fuse_texts(
     """One :class:`Pass` per query text (column ``i`` of the component arrays,
     which are over the candidates; ``pick`` selects them from the dense
     lexical and tag scores)."""
-    sums = weight_sums(has_ex, has_tags)
+    sums = weight_sums(has_tags)
     passes = []
     for i in range(len(q)):
         tag_dense, tag_list = tag_passes[i]
@@ -379,8 +363,6 @@ def fuse_texts(
                 ctx[:, i],
                 cap[:, i],
                 lex[i].at(pick),
-                ex[:, i],
-                has_ex,
                 tag_dense[pick] if tag_dense is not None else None,
                 has_tags,
                 tag_list,

@@ -26,9 +26,8 @@ from .profiles import FACET_INDEX, FACETS, CapabilityProfile, ProfileVectors, pr
 
 Slots = npt.NDArray[np.int64]
 
-# At most this many examples of an agent are indexed; also the stride of the
-# approximate index's example ids (slot * EXAMPLE_STRIDE + k).
-EXAMPLE_STRIDE = 64
+# At most this many examples of an agent are indexed.
+MAX_EXAMPLES = 64
 # Slot assignments logged for a consumer (:meth:`SlotTable.take_changes`);
 # past this many the log is dropped and the consumer rebuilds from scratch.
 CHANGE_LOG_MAX = 65536
@@ -141,7 +140,7 @@ class SlotTable:
     def _flags(self, slot: int, profile: CapabilityProfile, vecs: ProfileVectors) -> None:
         self.has_examples[slot] = len(profile.examples) > 0
         self.n_tags[slot] = min(len(profile.tags), 32767)
-        self.examples.put(slot, vecs.examples[:EXAMPLE_STRIDE])
+        self.examples.put(slot, vecs.examples[:MAX_EXAMPLES])
         if self.profiles is not None:
             self.profiles[profile.canonical_id] = profile
 

@@ -1,7 +1,7 @@
 """The relevance calibration as the hot path computes it (ans.relevance):
 per row, from the row's own values and the maxima of every candidate, so the
 candidates past the raw floor can be scored alone; and the same model as the
-(n, 12) feature matrix bench/relevance_fit.py fits it on."""
+(n, 10) feature matrix bench/relevance_fit.py fits it on."""
 
 from __future__ import annotations
 
@@ -26,9 +26,7 @@ def random_pass(rng: np.random.Generator, n: int) -> Pass:
     def f32() -> np.ndarray:
         return (rng.standard_normal(n) * 0.6 + 0.2).astype(np.float32)
 
-    has_ex = rng.random(n) < rng.choice([0.0, 0.5, 1.0])
-    ex = f32() if rng.random() < 0.8 else None
-    return Pass(np.clip(f32(), 0, 1), [], f32(), f32(), np.abs(f32()), ex, has_ex)
+    return Pass(np.clip(f32(), 0, 1), [], f32(), f32(), np.abs(f32()))
 
 
 def matrix_form(final: np.ndarray, whole: Pass, parts: list[Pass], weight: float) -> np.ndarray:

@@ -260,13 +260,13 @@ def test_replicas_of_one_agent_all_stay_matches(
 
 def test_calibration_features_and_scores() -> None:
     final = np.array([0.6, 0.3, 0.0])
-    comps = [np.array([0.8, 0.4, 0.0])] * 4
+    comps = [np.array([0.8, 0.4, 0.0])] * 3
     x = whole_features(final, comps)
-    assert x.shape == (3, 4 + 2 * 4)
+    assert x.shape == (3, 4 + 2 * 3)
     assert x[0, 2] == 0.0 and x[1, 2] == pytest.approx(0.3)  # margin to the best
     assert x[1, 3] == pytest.approx(0.5)  # ratio to the best
     assert part_features(final).shape == (3, 4)
-    assert len(FITTED.whole) == 12 and len(FITTED.part) == 4
+    assert len(FITTED.whole) == 10 and len(FITTED.part) == 4
     gate = RelevanceGate()
     assert gate.admits(gate.min_relevance) and not gate.admits(gate.min_relevance - 1e-6)
 
