@@ -16,12 +16,14 @@ answer is their tool). The evaluation queries of split.json are never read.
    the 0.3/0.4/0.3 formula, limit 10), maximising R@5 + nDCG@10; the gate
    is applied by the server's own code (``RelevanceGate.scores`` and
    ``RelevanceGate.shortlisted``). ``near_best`` is a priori.
-3. The model the server uses is the better, by the same R@5 + nDCG@10 on both
-   folds with the chosen gate, of this fit and :data:`CARRIED` (the fit of
-   2026-11-25, when the example component was still one of the features,
-   without its two example terms). A likelihood fit is not a ranking fit: on
-   the folds the carried model ranks better (R@5 0.857 vs 0.846), so it is
-   the one in ``ans.relevance.FITTED``; the report holds both.
+3. The model the server uses must rank at least as well, by the same R@5 +
+   nDCG@10 on both folds with the chosen gate, as this fit: the script keeps
+   the better of the fit and ``ans.relevance.FITTED``, and ``--check`` fails
+   unless that is FITTED. A likelihood fit is not a ranking fit: FITTED is the
+   fit of 2026-11-25 (when the example component was still one of the
+   features) without its two example terms, and on the folds it ranks better
+   than the refit over the ten features left (R@5 0.857 vs 0.846); the report
+   holds both.
 
     .venv/bin/python bench/relevance_fit.py            # writes bench/results/relevance_fit.json
     .venv/bin/python bench/relevance_fit.py --check    # exit 1 if ans.relevance.FITTED differs
@@ -64,26 +66,6 @@ GRID_PART = (0.1, 0.2)
 GRID_SHORTLIST = (0.0, 0.3, 0.4, 0.5, 0.6, 0.8)
 GRID_STRONG = (0.25, 0.3, 0.35)
 LIMIT = 10
-# ans.relevance's model of 2026-11-25 ("metatool-example-tasks-2fold-v1", fitted by
-# this script over 12 features, the example component's value and margin among
-# them) without those two coefficients: the example component is not fused any
-# more (ans.index.scoring), and these ten are the whole model's other features.
-CARRIED = RelevanceModel(
-    "metatool-example-tasks-2fold-v1-without-example",
-    (
-        -4.438734178080966,
-        5.159135316708747,
-        5.153750256614242,
-        3.2608247420014904,
-        -1.952225875541248,
-        -4.831285315559793,
-        3.8640695992647314,
-        -6.953469102278436,
-        3.6834254186122357,
-        -10.377991048355513,
-    ),
-    (-5.365396273938542, 9.696837378743812, -16.810823060242193, 2.169401085254245),
-)
 
 
 def fit_logistic(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -184,10 +166,11 @@ def fit_model(queries: list[dict[str, Any]], name: str) -> RelevanceModel:
 def choose(
     queries: list[dict[str, Any]], gate: RelevanceGate, fitted: RelevanceModel
 ) -> tuple[RelevanceModel, dict[str, dict[str, float]]]:
-    """The better of ``fitted`` and :data:`CARRIED` by R@5 + nDCG@10 on
-    ``queries`` with ``gate``'s parameters, and both measurements."""
+    """The better of ``fitted`` and the served model (FITTED) by R@5 + nDCG@10
+    on ``queries`` with ``gate``'s parameters (FITTED on a tie), and both
+    measurements."""
     measured = {}
-    for m in (fitted, CARRIED):
+    for m in (fitted, FITTED):
         with_model = RelevanceGate(
             min_relevance=gate.min_relevance,
             part_weight=gate.part_weight,
@@ -197,7 +180,7 @@ def choose(
         )
         measured[m.name] = {k: round(float(v), 4) for k, v in measure(queries, with_model).items()}
     best = max(
-        (fitted, CARRIED), key=lambda m: measured[m.name]["recall@5"] + measured[m.name]["ndcg@10"]
+        (FITTED, fitted), key=lambda m: measured[m.name]["recall@5"] + measured[m.name]["ndcg@10"]
     )
     return best, measured
 
