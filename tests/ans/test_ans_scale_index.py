@@ -269,6 +269,34 @@ def test_snapshot_round_trip_gives_identical_scores(
     assert again.query(QUERIES[0], None, only=[new.canonical_id]).ids == [new.canonical_id]
 
 
+def test_a_snapshot_with_the_old_example_index_loads_and_the_next_save_drops_it(
+    tmp_path: Path, big: tuple[CapabilityIndex, list[CapabilityProfile]], embedder: Any
+) -> None:
+    """Snapshots written before the example component became evidence also hold
+    ``examples.faiss``: they load, answer as the saving index does, and the
+    next save writes a snapshot without it."""
+    idx, profiles = big
+    by_id = {p.canonical_id: p for p in profiles}
+    directory = tmp_path / "index"
+    idx.save(directory, {"change_seq": 7})
+    assert not (directory / "examples.faiss").exists()
+    (directory / "examples.faiss").write_bytes((directory / "capability.faiss").read_bytes())
+    loaded = CapabilityIndex.load(
+        directory,
+        embedder,
+        settings=idx.settings,
+        profile_source=lambda ids: {c: by_id[c] for c in ids if c in by_id},
+    )
+    assert loaded is not None
+    again, _ = loaded
+    for q in QUERIES[:3]:
+        assert again.query(q, None).above(0.0) == idx.query(q, None).above(0.0)
+    again.save(directory, {"change_seq": 8})
+    assert sorted(p.name for p in directory.iterdir()) == sorted(
+        ["arrays.npz", "capability.faiss", "index.json"]
+    )
+
+
 def test_exact_snapshot_round_trip(tmp_path: Path, embedder: Any) -> None:
     profiles = make_profiles(80)
     idx = CapabilityIndex(embedder)
