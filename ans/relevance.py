@@ -217,10 +217,11 @@ def calibrate(
     if part_weight > 0:
         coef = np.asarray(model.part)
         for part in parts:
-            fused = np.asarray(part.fused, dtype=np.float64)
-            if fused.any():
-                peak = float(fused.max())
-                mine = fused if rows is None else fused[rows]
+            # fused scores are in [0, 1]: any() is max() > 0; the rows are cast
+            # alone (the same float64 values as a cast of the whole array)
+            peak = float(part.fused.max()) if len(part.fused) else 0.0
+            if peak > 0:
+                mine = np.asarray(part.fused if rows is None else part.fused[rows], np.float64)
                 p = np.maximum(p, part_weight * _sigmoid(_linear(coef, mine, peak, [], [])))
     out: Floats = np.where(final > 0, p, 0.0)
     return out

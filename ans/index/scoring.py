@@ -183,11 +183,13 @@ class QueryScores:
             # Only the candidates past the raw floor can be matches: only theirs
             # is calibrated (each as in the whole array); the others' stay 0 here
             # (calibrated() still gives every candidate's).
+            # Fused scores are in [0, 1], so ``raw`` is ``final`` as float64.
             rows = np.flatnonzero(floor)
             cms = np.zeros(len(raw), dtype=np.float64)
-            cms[rows] = gate.scores(
-                self.final.astype(np.float64), self.whole, self.parts, self.reference, rows
-            )
+            cms[rows] = gate.scores(raw, self.whole, self.parts, self.reference, rows)
+            keep = np.zeros(len(raw), dtype=bool)
+            keep[rows] = at_least(cms[rows], gate.min_relevance)  # the others are below the floor
+            return keep, cms, raw
         keep = floor & at_least(cms, gate.min_relevance)
         return keep, cms, raw
 
