@@ -230,8 +230,10 @@ class Registry(Mapping[str, AgentEntry]):
         """Index (or re-index) agents; vectorized column writes."""
         if not entries or self._put_new(entries):
             return
+        if len({e.canonical_id for e in entries}) != len(entries):
+            # an agent written twice in one batch: its last entry is the one kept
+            entries = list({e.canonical_id: e for e in entries}.values())
         slots = np.empty(len(entries), dtype=np.int64)
-        cols: list[list[Any]] = [[] for _ in range(7)]
         profiled: list[tuple[int, ProfileAttrs | None]] = []
         for i, e in enumerate(entries):
             cid = e.canonical_id
@@ -249,27 +251,11 @@ class Registry(Mapping[str, AgentEntry]):
                 cid = sys.intern(cid) if len(cid) <= 64 else cid
                 self._slot_of[cid] = slot
                 self._ids[slot] = cid
-                self._logged(cid)
+                self._logged((cid,))
             slots[i] = slot
-            tier, behavioral = int(e.trust_tier), float(e.behavioral_trust_score)
-            cols[0].append(tier)
-            cols[1].append(behavioral)
-            cols[2].append(self._score0_of(tier, behavioral))
-            cols[3].append(self._zones.code(e.governance_zone))
-            cols[4].append(self._orgs.code(e.org_domain))
-            cols[5].append(self._scopes.code(e.required_scope))
-            cols[6].append(self._kids.code(e.signer_kid))
-            self.gate_counts[(e.governance_zone, tier)] += 1
             profiled.append((slot, e.profile if isinstance(e, AgentEntry) else None))
         self._set_profiles(profiled)
-        self._tier[slots] = cols[0]
-        self._behavioral[slots] = cols[1]
-        self._score0[slots] = cols[2]
-        self._zone[slots] = cols[3]
-        self._org[slots] = cols[4]
-        self._scope[slots] = cols[5]
-        self._kid[slots] = cols[6]
-        self._valid[slots] = True
+        self._write_columns(slots, entries)
 
     def _put_new(self, entries: Sequence[AgentEntry | IndexRow]) -> bool:
         """:meth:`put_many` of store rows none of which is indexed yet, with no
@@ -287,14 +273,17 @@ class Registry(Mapping[str, AgentEntry]):
         self._ids.extend(ids)
         self._grow(n0 + k)
         self._slot_of.update(zip(ids, range(n0, n0 + k), strict=True))
-        if self._link_log is not None:
-            if len(self._link_log) + k > LINK_LOG_MAX:
-                self._link_log = None
-            else:
-                self._link_log.extend(ids)
+        self._logged(ids)
+        self._write_columns(slice(n0, n0 + k), entries)
+        return True
+
+    def _write_columns(
+        self, at: npt.NDArray[np.int64] | slice, entries: Sequence[AgentEntry | IndexRow]
+    ) -> None:
+        """The gate columns of ``entries`` at their slots ``at``, each written at
+        once, and their gate counts."""
         tiers = [int(e.trust_tier) for e in entries]
         behavioral = [float(e.behavioral_trust_score) for e in entries]
-        at = slice(n0, n0 + k)
         self._tier[at] = tiers
         self._behavioral[at] = behavioral
         score0 = self._score0_of
@@ -310,7 +299,6 @@ class Registry(Mapping[str, AgentEntry]):
             column[at] = [code(v) for v in values]
         self.gate_counts.update(zip(zones, tiers, strict=True))
         self._valid[at] = True
-        return True
 
     def _set_profiles(self, profiled: list[tuple[int, ProfileAttrs | None]]) -> None:
         """Slots' profile attributes: one by one for a few (postings updated in
@@ -332,16 +320,17 @@ class Registry(Mapping[str, AgentEntry]):
         self.profiles.set(slot, None)
         self._ids[slot] = None
         self._free.append(slot)
-        self._logged(canonical_id)
+        self._logged((canonical_id,))
         return True
 
-    def _logged(self, canonical_id: str) -> None:
+    def _logged(self, canonical_ids: Sequence[str]) -> None:
+        """Log slot assignments for the slot link; past LINK_LOG_MAX the log is dropped."""
         log = self._link_log
         if log is not None:
-            if len(log) >= LINK_LOG_MAX:
+            if len(log) + len(canonical_ids) > LINK_LOG_MAX:
                 self._link_log = None
             else:
-                log.append(canonical_id)
+                log.extend(canonical_ids)
 
     # -- the slot link ------------------------------------------------------------------
     def linked(

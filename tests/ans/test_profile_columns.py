@@ -155,3 +155,20 @@ def test_saved_columns_round_trip_and_inconsistent_ones_change_nothing() -> None
         with pytest.raises(ValueError):
             fresh.restore(np.arange(5, dtype=np.int64), broken, values)
         assert not any(fresh.known(s) for s in range(5))  # nothing half-written
+
+
+def test_an_agent_written_twice_in_one_batch_is_counted_once() -> None:
+    """put_many keeps the last entry of an agent written twice in one batch: its
+    gate columns and the per-(zone, tier) counts DISCOVER's bound reads."""
+    from ans.config import RankingWeights
+    from ans.registry import AgentEntry, Registry
+
+    reg = Registry(RankingWeights())
+    cid = f"{7:064x}"
+    reg.put_many([
+        AgentEntry(cid, "Active", 2, 0.8, "zone:a", "org.example", "", "", attrs(("x",))),
+        AgentEntry(f"{8:064x}", "Active", 1, 0.9, "zone:a", "org.example", "", "", attrs(())),
+        AgentEntry(cid, "Active", 1, 0.9, "zone:b", "org.example", "", "", attrs(("y",))),
+    ])
+    assert {k: v for k, v in reg.gate_counts.items() if v} == {("zone:a", 1): 1, ("zone:b", 1): 1}
+    assert reg[cid].governance_zone == "zone:b" and reg[cid].trust_tier == 1
