@@ -52,6 +52,8 @@ WEIGHTS: dict[str, float] = {
 }
 # The components an answer's evidence reports (``score_components``).
 COMPONENTS = ("tag", "context", "capability", "example", "lexical")
+# Key order of ``score_components`` in an answer.
+_EVIDENCE_ORDER = {name: k for k, name in enumerate((*COMPONENTS, "fused", "segment"))}
 # Example similarities at or below this are "no match" (0) — a priori.
 EXAMPLE_FLOOR = 0.2
 
@@ -266,9 +268,8 @@ class QueryScores:
             example, matched = self.index.example_evidence(canonical_id, slot, self.vectors)
             if example is not None:
                 comps["example"] = round(example, PRECISION)
-        order = {name: k for k, name in enumerate((*COMPONENTS, "fused", "segment"))}
         return {
-            "score_components": dict(sorted(comps.items(), key=lambda kv: order[kv[0]])),
+            "score_components": dict(sorted(comps.items(), key=lambda kv: _EVIDENCE_ORDER[kv[0]])),
             "matched_tags": sorted(tags),
             "matched_examples": matched,
         }
