@@ -28,6 +28,8 @@ Ids = npt.NDArray[np.int64]
 
 CANDIDATE_BASE = 100_000  # catalog size at which `candidates` applies as configured
 MAX_CANDIDATES = 10_000
+HEAP_K_MAX = 64  # from this k on, search() ranks a range search's hits itself
+EVERY_SCORE = float(np.finfo(np.float32).min)  # an inner-product radius every code passes
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,12 +97,25 @@ class AnnIndex:
 
     def search(self, queries: Vectors, k: int) -> Ids:
         """The ids of the (approximately) k best matches of every query, flattened
-        (missing hits dropped)."""
+        query by query, in no particular order within a query (missing hits
+        dropped)."""
         if len(self) == 0 or len(queries) == 0:
             return np.zeros(0, dtype=np.int64)
-        _, ids = self._index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
-        flat: Ids = ids.ravel()
-        return flat[flat >= 0]
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        if k < HEAP_K_MAX:
+            _, ids = self._index.search(q, k)
+            flat: Ids = ids.ravel()
+            return flat[flat >= 0]
+        # Every probed code, then the best k of each query by argpartition: for
+        # k in the hundreds FAISS's result heap costs more than the scan (158 vs
+        # 117 us per query text at 100k agents, k 512). The same set as search()
+        # but for ties at the k-th score.
+        lims, dist, found = self._index.range_search(q, EVERY_SCORE)
+        out: list[Ids] = []
+        for i in range(len(q)):
+            d, got = dist[lims[i] : lims[i + 1]], found[lims[i] : lims[i + 1]]
+            out.append(got if len(got) <= k else got[np.argpartition(-d, k - 1)[:k]])
+        return np.concatenate(out).astype(np.int64, copy=False)
 
     def save(self, path: Path) -> None:
         faiss.write_index(self._index, str(path))

@@ -136,8 +136,8 @@ def whole_maxima(final: Floats, whole: Pass) -> Floats:
     return np.array(
         [
             float(final.max()),
-            float(np.clip(whole.ctx.max(), 0.0, 1.0)),
-            float(np.clip(whole.cap.max(), 0.0, 1.0)),
+            min(max(float(whole.ctx.max()), 0.0), 1.0),
+            min(max(float(whole.cap.max()), 0.0), 1.0),
             float(whole.lexical.max()),
         ]
     )

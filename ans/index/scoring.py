@@ -88,8 +88,8 @@ class Pass:
         if self.ctx is None or self.cap is None or self.lexical is None:
             return {}
         out = {
-            "context": float(np.clip(self.ctx[i], 0.0, 1.0)),
-            "capability": float(np.clip(self.cap[i], 0.0, 1.0)),
+            "context": min(max(float(self.ctx[i]), 0.0), 1.0),  # np.clip: 2 us a scalar
+            "capability": min(max(float(self.cap[i]), 0.0), 1.0),
             "lexical": float(self.lexical[i]),
         }
         if self.tag is not None and self.has_tags is not None and self.has_tags[i]:

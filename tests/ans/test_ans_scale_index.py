@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ans.ann import CANDIDATE_BASE, MAX_CANDIDATES, AnnSettings
+from ans.ann import CANDIDATE_BASE, HEAP_K_MAX, MAX_CANDIDATES, AnnIndex, AnnSettings
 from ans.matcher import CapabilityIndex, CapabilityProfile, Example, profile_from
 from ans.postings import SlotPostings
 
@@ -151,6 +151,28 @@ def test_candidates_grow_with_the_catalog_beyond_the_base_size() -> None:
     assert settings.candidates_at(4 * CANDIDATE_BASE) == 1024
     assert settings.candidates_at(10 * CANDIDATE_BASE) == round(512 * 10**0.5)
     assert settings.candidates_at(10**10) == MAX_CANDIDATES
+
+
+def test_large_k_search_keeps_the_same_best_as_faiss_heap() -> None:
+    # From HEAP_K_MAX on, search() ranks a range search's hits itself; each
+    # query's hits must be FAISS's own k best (scores are continuous: no ties).
+    rng = np.random.default_rng(3)
+    centres = rng.normal(size=(20, 32))
+    vecs = (centres[rng.integers(0, 20, 3000)] + 0.5 * rng.normal(size=(3000, 32))).astype("f4")
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    ann = AnnIndex.build(32, vecs, np.arange(3000, dtype=np.int64) * 7, AnnSettings(nprobe=4))
+    queries = vecs[:5] + 0.1
+    sizes = set()
+    for k in (HEAP_K_MAX - 1, HEAP_K_MAX, 150, 300):
+        _, heap = ann._index.search(queries, k)
+        for i in range(5):
+            want = heap[i][heap[i] >= 0]
+            sizes.add((k, len(want)))
+            assert sorted(ann.search(queries[i : i + 1], k).tolist()) == sorted(want.tolist())
+        assert len(ann.search(queries, k)) == int((heap >= 0).sum())
+    assert any(n == k for k, n in sizes if k >= HEAP_K_MAX)  # the cut at k was exercised
+    assert any(n < k for k, n in sizes)  # and a query with fewer hits than k
+    assert set(ann.search(queries[:1], 10**6).tolist()) == set(ann.search(queries[:1], 3000).tolist())
 
 
 def test_describe_reports_the_candidate_count_in_use(
