@@ -313,6 +313,15 @@ class RequestMaker:
         return headers, body
 
 
+def client_cpu(marks: list[float], n: int, elapsed: float) -> dict[str, Any]:
+    """The client's own CPU over the timed period (absent when not measured)."""
+    if len(marks) != 2 or not n or elapsed <= 0:
+        return {}
+    used = marks[1] - marks[0]
+    return {"client_cpu_us_per_request": round(used * 1e6 / n, 1),
+            "client_cores_busy": round(used / elapsed, 3)}
+
+
 def percentiles(lat_ns: Sequence[int]) -> dict[str, float | None]:
     if not lat_ns:
         return {"p50_ms": None, "p90_ms": None, "p99_ms": None, "max_ms": None, "mean_ms": None}
@@ -417,8 +426,18 @@ async def run_closed_loop(args: argparse.Namespace, lines: list[bytes]) -> dict[
             last_done[0] = max(last_done[0], t1)
             rec.record(t0, t1, status, resp, k)
 
+    # This process's CPU over the timed period: on a small machine the client
+    # shares the cores with the server, and its share bounds what the server gets.
+    cpu_marks: list[float] = []
+
+    async def mark_cpu() -> None:
+        for at in (rec.start_ns, rec.end_ns):
+            await asyncio.sleep(max(0.0, (at - time.perf_counter_ns()) / 1e9))
+            cpu_marks.append(time.process_time())
+
     t_begin = time.perf_counter_ns()
-    await asyncio.gather(*(worker(w) for w in range(args.concurrency)))
+    extra = [] if once else [mark_cpu()]
+    await asyncio.gather(*(worker(w) for w in range(args.concurrency)), *extra)
     pool.close()
     if once:
         elapsed = (last_done[0] - t_begin) / 1e9
@@ -436,6 +455,7 @@ async def run_closed_loop(args: argparse.Namespace, lines: list[bytes]) -> dict[
         "n": n,
         "rps": round(n / elapsed, 1) if elapsed > 0 else None,
         **percentiles(rec.latencies),
+        **client_cpu(cpu_marks, n, elapsed),
         "statuses": {str(k): v for k, v in sorted(rec.statuses.items())},
         "non_200": {str(k): v for k, v in sorted(rec.statuses.items()) if k != 200},
         "errors": dict(rec.errors),

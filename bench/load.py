@@ -476,7 +476,9 @@ def bench_size(n: int, args: argparse.Namespace, synth: Any, source: str) -> dic
                                                            args.duration, run)
             log(f"N={n} c={c}: ours {ours['rps']} rps p50 {ours['p50_ms']} ms "
                 f"(server {ours.get('server_cpu_ms_per_request')} ms CPU a request, "
-                f"{ours['server_cores_busy']} cores busy), floor {fl['rps']} rps, ratio {ratio}")
+                f"{ours['server_cores_busy']} cores busy; client "
+                f"{ours.get('client_cores_busy')} cores), floor {fl['rps']} rps "
+                f"(client {fl.get('client_cores_busy')} cores), ratio {ratio}")
         res["levels"] = levels
         res["signatures"] = sig
         if sig["failed"]:
