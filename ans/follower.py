@@ -48,9 +48,6 @@ from .store import StoredAgent
 log = structlog.get_logger("ans.follower")
 
 POLL = 0.02  # s: how often an idle worker looks at the feed
-# Up to this many changed agents are upserted one by one (a bulk upsert merges
-# every posting list of the index once: ~100 ms at 10k agents).
-SMALL_BATCH = 64
 WITHDRAWN = frozenset({SUSPENDED, "Revoked", "Deprecated"})  # never served, not even from a peer
 
 
@@ -130,11 +127,8 @@ class Follower:
             vectors = matcher.embed_profiles(profiles)
             entries = [AgentEntry.from_stored(a) for a in chunk]
             with index.lock:
-                if len(chunk) <= SMALL_BATCH:  # as ACTIVATE does: no merge of every posting
-                    for p, v in zip(profiles, vectors, strict=True):
-                        matcher.upsert(p, v)
-                else:
-                    matcher.upsert_many(list(zip(profiles, vectors, strict=True)))
+                # a small chunk goes to the postings' delta (SlotTable.place_many)
+                matcher.upsert_many(list(zip(profiles, vectors, strict=True)))
                 index.registry.put_many(entries)
                 for a in chunk:
                     index.forget_fields(a.canonical_id)

@@ -122,6 +122,9 @@ class IndexLoader:
                 self.set_profiles(agents)
                 embedded += len(agents)
             self.loaded_from = "rebuild"
+        # Postings the batches above added in bulk are merged here, once, not by
+        # the first query (with --workers: by every worker, after the fork).
+        matcher.settle()
         t3 = time.perf_counter()
         self.stats = {
             "index_loaded_from": self.loaded_from,

@@ -81,6 +81,7 @@ class CapabilityMatcher(Protocol):
     def embed_profiles(self, profiles: Sequence[CapabilityProfile]) -> list[ProfileVectors]: ...
     def upsert(self, profile: CapabilityProfile, vectors: ProfileVectors | None = None) -> None: ...
     def upsert_many(self, items: Sequence[tuple[CapabilityProfile, ProfileVectors]]) -> None: ...
+    def settle(self) -> None: ...
     def remove(self, canonical_id: str) -> None: ...
     def query(
         self,
@@ -228,6 +229,12 @@ class CapabilityIndex:
                 (d, v.facet_sums) for (_, v), d in zip(items, digests, strict=True)
             )
             self.facet_file.forget(before - set(digests) - {0})
+
+    def settle(self) -> None:
+        """Merge what bulk upserts left pending now, not at the next query
+        (:meth:`SlotTable.settle`)."""
+        with self._lock:
+            self._table.settle()
 
     def remove(self, canonical_id: str) -> None:
         with self._lock:

@@ -31,6 +31,11 @@ MAX_EXAMPLES = 64
 # Slot assignments logged for a consumer (:meth:`SlotTable.take_changes`);
 # past this many the log is dropped and the consumer rebuilds from scratch.
 CHANGE_LOG_MAX = 65536
+# Up to this many slots placed at once go to the postings' small delta, as
+# single ones do; a bigger batch is merged into the postings in one sort
+# before the next read (a full rebuild of every posting list: seconds and
+# GBs of temporaries at 1M agents, for a cold start's handful of changes).
+SMALL_BATCH = 64
 
 
 class SlotTable:
@@ -134,8 +139,20 @@ class SlotTable:
         for slot, (profile, vecs) in zip(slots, items, strict=True):
             self._flags(slot, profile, vecs)
             self.digest[slot] = profile_digest(profile)
+        if len(slots) <= SMALL_BATCH:
+            for slot, (profile, _) in zip(slots, items, strict=True):
+                self.tags.put(slot, self._tag_postings(profile))
+                self.lexical.upsert(slot, [profile.facets.get(f, "") for f in FACETS])
+            return
         self.tags.add_many(slots, [self._tag_postings(p) for p, _ in items])
         self.lexical.upsert_many(slots, [[p.facets.get(f, "") for f in FACETS] for p, _ in items])
+
+    def settle(self) -> None:
+        """Merge the postings added in bulk now (they are otherwise merged by the
+        next read): ``ans serve --workers N`` settles before it forks, so the
+        workers share the merged lists instead of each building its own."""
+        self.tags.settle()
+        self.lexical.postings.settle()
 
     def _flags(self, slot: int, profile: CapabilityProfile, vecs: ProfileVectors) -> None:
         self.has_examples[slot] = len(profile.examples) > 0

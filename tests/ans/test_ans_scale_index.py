@@ -3,6 +3,7 @@ approximate (FAISS) mode against the exhaustive path, snapshots."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -72,37 +73,82 @@ def top(idx: CapabilityIndex, q: str, k: int, **kw: Any) -> list[str]:
 # -- postings -----------------------------------------------------------------------
 
 
-def test_slot_postings_match_a_dict_under_churn() -> None:
-    rng = np.random.default_rng(3)
-    p = SlotPostings(width=2)
+@pytest.mark.parametrize("width", [0, 2])
+@pytest.mark.parametrize("seed", [3, 4, 7])
+def test_slot_postings_match_a_dict_under_churn(width: int, seed: int) -> None:
+    # Reads every 10 steps: a cached view (a key's base plus its delta) must not
+    # keep the base posting of a slot replaced since (seed 4, width 0 did).
+    rng = np.random.default_rng(seed)
+    p = SlotPostings(width=width)
     truth: dict[int, dict[int, bytes]] = {}
     keys = [p.intern(f"w{i}") for i in range(12)]
-    for step in range(600):
+    for step in range(800):
         op = rng.random()
-        slot = int(rng.integers(0, 40))
+        slot = int(rng.integers(0, 60))
         doc = {
-            k: bytes(rng.integers(1, 9, 2).tolist())
-            for k in rng.choice(keys, size=int(rng.integers(1, 5)), replace=False).tolist()
+            k: bytes(rng.integers(1, 9, width).tolist())
+            for k in rng.choice(keys, size=int(rng.integers(1, 6)), replace=False).tolist()
         }
-        if op < 0.25:
+        if op < 0.2:
             p.remove(slot)
             truth.pop(slot, None)
-        elif op < 0.6:
+        elif op < 0.5:
             p.put(slot, doc)
             truth[slot] = doc
         elif op < 0.9:
-            slots = sorted({slot, int(rng.integers(0, 40))})
-            docs = [doc, {keys[0]: b"\x01\x02"}][: len(slots)]
+            slots = sorted({slot, int(rng.integers(0, 60))})
+            docs = [doc, {keys[int(rng.integers(0, 12))]: bytes([1] * width)}][: len(slots)]
             p.add_many(slots, docs)
             truth.update(dict(zip(slots, docs, strict=True)))
         else:
             p.compact()
-        if step % 25 == 0:
+        if step % 10 == 0:
             for k in keys:
                 slots, payload = p.postings(k)
                 got = {int(s): bytes(row.tolist()) for s, row in zip(slots, payload, strict=True)}
                 want = {s: d[k] for s, d in truth.items() if k in d}
                 assert got == want, (step, k)
+
+
+@pytest.mark.parametrize("width", [0, 3])
+def test_few_bulk_postings_are_inserted_into_the_sorted_base(width: int) -> None:
+    # A few postings against a large base are inserted where they belong
+    # (MERGE_RATIO) instead of the base being sorted again: the same lists.
+    calls: list[int] = []
+
+    class Counting(SlotPostings):
+        def _merge_into_base(self, parts: list[Any]) -> None:
+            calls.append(len(parts))
+            super()._merge_into_base(parts)
+
+    rng = np.random.default_rng(5)
+    names = [f"w{i}" for i in range(60)]
+
+    def doc(p: SlotPostings, mark: int) -> dict[int, bytes]:
+        return {p.intern(k): bytes([mark] * width) for k in rng.choice(names, 5, replace=False)}
+
+    merged, resorted = Counting(width), SlotPostings(width)
+    for k in names:  # the same key ids in both
+        resorted.intern(k)
+    first = [doc(merged, 1) for _ in range(600)]
+    for p in (merged, resorted):
+        p.add_many(list(range(600)), first)
+        p.settle()
+    calls.clear()
+    for r in range(15):
+        slots = sorted(set(rng.integers(0, 800, 6).tolist()))
+        docs = [doc(merged, 2 + r % 7) for _ in slots]
+        for p in (merged, resorted):
+            p.remove(slots[0])
+            p.add_many(slots, docs)
+        merged.settle()
+        pending, resorted._pending = resorted._pending, []
+        resorted._pending_slots.clear()
+        resorted._rebuild_sorted(pending)
+        for attr in ("_indptr", "_slots", "_payload"):
+            assert np.array_equal(getattr(merged, attr), getattr(resorted, attr)), (r, attr)
+        assert merged.pending == 0
+    assert len(calls) == 15  # every round took the insert path
 
 
 # -- bulk and one by one ------------------------------------------------------------
@@ -118,6 +164,34 @@ def test_upsert_many_scores_like_one_by_one(embedder: Any) -> None:
     for q in QUERIES[:4]:
         a, b = one.query(q, None), bulk.query(q, None)
         assert a.above(0.0) == b.above(0.0)
+
+
+def test_a_small_batch_goes_to_the_delta_and_a_bulk_one_is_merged_once(embedder: Any) -> None:
+    # A cold start's or a follower's handful of changes must not leave every
+    # posting list to be rebuilt by the next query (by each worker, after a fork).
+    from ans.index.slots import SMALL_BATCH
+
+    profiles = make_profiles(SMALL_BATCH + 40)
+    bulk, few = profiles[:40], profiles[40:]
+    one = CapabilityIndex(embedder)
+    for p in profiles:
+        one.upsert(p)
+    idx = CapabilityIndex(embedder)
+    postings = [idx._table.lexical.postings, idx._table.tags]
+    idx.upsert_many(list(zip(few, idx.embed_profiles(few), strict=True)))
+    assert [p.pending for p in postings] == [0, 0]  # len(few) == SMALL_BATCH: the delta
+    idx.upsert_many(list(zip(bulk, idx.embed_profiles(bulk), strict=True)))
+    assert [p.pending for p in postings] == [0, 0]
+    more = [replace(p, canonical_id=f"b{i:063x}")
+            for i, p in enumerate(make_profiles(2 * SMALL_BATCH, seed=11))]
+    idx.upsert_many(list(zip(more, idx.embed_profiles(more), strict=True)))
+    assert [p.pending for p in postings] == [len(more)] * 2  # bulk: merged later, in one sort
+    idx.settle()
+    assert [p.pending for p in postings] == [0, 0]
+    for p in more:
+        one.upsert(p)
+    for q in QUERIES[:4]:
+        assert idx.query(q, None).above(0.0) == one.query(q, None).above(0.0)
 
 
 # -- approximate mode -----------------------------------------------------------------
