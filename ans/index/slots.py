@@ -32,9 +32,9 @@ MAX_EXAMPLES = 64
 # past this many the log is dropped and the consumer rebuilds from scratch.
 CHANGE_LOG_MAX = 65536
 # Up to this many slots placed at once go to the postings' small delta, as
-# single ones do; a bigger batch is merged into the postings in one sort
-# before the next read (a full rebuild of every posting list: seconds and
-# GBs of temporaries at 1M agents, for a cold start's handful of changes).
+# single ones do; a bigger batch is merged into the posting lists before the
+# next read (or by :meth:`SlotTable.settle`): at least one copy of every list,
+# ~55M postings at 1M agents, too much for a cold start's handful of changes.
 SMALL_BATCH = 64
 
 
