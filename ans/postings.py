@@ -83,7 +83,7 @@ class SlotPostings:
                 self._views.clear()
             self._live[slot] = False
         if slot in self._pending_slots:
-            self._merge_pending()
+            self.settle()
             if slot < len(self._live):
                 self._live[slot] = False
         for kid in self._delta_keys.pop(slot, ()):
@@ -193,16 +193,13 @@ class SlotPostings:
         self._live[new_slots] = True
         self._views.clear()
 
-    def settle(self) -> None:
-        """Merge the postings added in bulk (:meth:`add_many`) now."""
-        self._merge_pending()
-
     @property
     def pending(self) -> int:
         """Documents added in bulk and not merged yet (the next read merges them)."""
         return len(self._pending_slots)
 
-    def _merge_pending(self) -> None:
+    def settle(self) -> None:
+        """Merge the postings added in bulk (:meth:`add_many`) now."""
         if not self._pending:
             return
         parts, self._pending = self._pending, []
@@ -239,7 +236,7 @@ class SlotPostings:
     # -- reads -----------------------------------------------------------------------
     def postings(self, kid: int) -> tuple[Ints, Payload]:
         """(slots, payload rows) of the live documents holding key ``kid``."""
-        self._merge_pending()
+        self.settle()
         view = self._views.get(kid)
         if view is not None:
             return view

@@ -180,14 +180,12 @@ def targets(results: Path = RESULTS) -> list[Target]:
             for x in (load, w1)]
     client = [dig(x.data, "sizes", "10000", "levels", "16", "ours", "client_cores_busy")
               for x in (load, w1)]
-    server = (
-        f"; server busy {fmt(cores[0])} / {fmt(cores[1])} cores, "
-        f"{fmt(cost[0])} / {fmt(cost[1])} ms CPU a request"
-        + (f"; load client {fmt(client[0])} / {fmt(client[1])} cores"
-           if None not in client else "")
-        if None not in cores and None not in cost
-        else ""
-    )
+    server = ""
+    if None not in cores and None not in cost:
+        server = (f"; server busy {fmt(cores[0])} / {fmt(cores[1])} cores, "
+                  f"{fmt(cost[0])} / {fmt(cost[1])} ms CPU a request")
+        if None not in client:
+            server += f"; load client {fmt(client[0])} / {fmt(client[1])} cores"
     out.append(
         Target(
             f"throughput from 1 to {w or 'W'} workers (ours req/s, 10k, c=16)",

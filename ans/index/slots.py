@@ -131,7 +131,12 @@ class SlotTable:
     def place_many(
         self, slots: Sequence[int], items: Sequence[tuple[CapabilityProfile, ProfileVectors]]
     ) -> None:
-        """Many slots at once: vectors normalized in one call, postings merged in one sort."""
+        """Many slots at once: vectors normalized in one call, postings merged in
+        one sort; up to SMALL_BATCH slots are placed one by one."""
+        if len(slots) <= SMALL_BATCH:
+            for slot, (profile, vecs) in zip(slots, items, strict=True):
+                self.place(slot, profile, vecs)
+            return
         arr = np.asarray(slots, dtype=np.int64)
         facet_sums = np.stack([v.facet_sums for _, v in items])
         self.ctx.set(arr, normalize_rows(facet_sums[:, FACET_INDEX["description"]]))
@@ -139,11 +144,6 @@ class SlotTable:
         for slot, (profile, vecs) in zip(slots, items, strict=True):
             self._flags(slot, profile, vecs)
             self.digest[slot] = profile_digest(profile)
-        if len(slots) <= SMALL_BATCH:
-            for slot, (profile, _) in zip(slots, items, strict=True):
-                self.tags.put(slot, self._tag_postings(profile))
-                self.lexical.upsert(slot, [profile.facets.get(f, "") for f in FACETS])
-            return
         self.tags.add_many(slots, [self._tag_postings(p) for p, _ in items])
         self.lexical.upsert_many(slots, [[p.facets.get(f, "") for f in FACETS] for p, _ in items])
 
