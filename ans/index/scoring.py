@@ -292,7 +292,7 @@ def fuse(
     has_tags: npt.NDArray[np.bool_],
     tags: TagHits,
     empty: bool,
-    sums: Vectors,
+    sums: Vectors | None,
 ) -> Pass:
     """The weighted mean of the components over the weights of the components
     each agent has (``sums``: :func:`weight_sums`, used when the text names a
@@ -304,6 +304,7 @@ def fuse(
     total += WEIGHTS["capability"] * np.clip(cap, 0.0, 1.0)
     total += WEIGHTS["lexical"] * lexical
     if tag is not None:
+        assert sums is not None
         total += WEIGHTS["tag"] * np.where(has_tags, tag, 0.0)
         total /= sums
     else:
@@ -328,12 +329,11 @@ def tag_scores(tags: SlotPostings, live: int, text: str, n: int) -> tuple[Vector
     (dense over ``n`` slots; ``live`` agents indexed), and the matched tags
     with their holders."""
     held = []
-    for t in sorted(candidate_tags(text)):
-        kid = tags.key_id.get(t)
-        if kid is not None:
-            holders = tags.postings(kid)[0]
-            if len(holders):
-                held.append((t, holders))
+    key_id = tags.key_id
+    for t in sorted(t for t in candidate_tags(text) if t in key_id):  # few are known tags
+        holders = tags.postings(key_id[t])[0]
+        if len(holders):
+            held.append((t, holders))
     if not held:
         return None, []
     n_agents = max(live, 1)
@@ -357,7 +357,9 @@ def fuse_texts(
     """One :class:`Pass` per query text (column ``i`` of the component arrays,
     which are over the candidates; ``pick`` selects them from the dense
     lexical and tag scores)."""
-    sums = weight_sums(has_tags)
+    # the weight sums are only read by a text that names a known tag
+    sums = weight_sums(has_tags) if any(d is not None for d, _ in tag_passes) else None
+    nonzero: npt.NDArray[np.bool_] = np.any(q, axis=1)  # an empty text's vector is all zero
     passes = []
     for i in range(len(q)):
         tag_dense, tag_list = tag_passes[i]
@@ -369,7 +371,7 @@ def fuse_texts(
                 tag_dense[pick] if tag_dense is not None else None,
                 has_tags,
                 tag_list,
-                not np.any(q[i]),
+                not nonzero[i],
                 sums,
             )
         )
