@@ -187,6 +187,13 @@ class QueryScores:
             # (calibrated() still gives every candidate's).
             # Fused scores are in [0, 1], so ``raw`` is ``final`` as float64.
             rows = np.flatnonzero(floor)
+            if 2 * len(rows) > len(raw):
+                # Most pass (an exhaustive query): score every candidate in place
+                # rather than gather and scatter the rows (a row's score depends
+                # on its own values and the maxima only: the same numbers).
+                cms = gate.scores(raw, self.whole, self.parts, self.reference)
+                cms[~floor] = 0.0
+                return floor & at_least(cms, gate.min_relevance), cms, raw
             cms = np.zeros(len(raw), dtype=np.float64)
             cms[rows] = gate.scores(raw, self.whole, self.parts, self.reference, rows)
             keep = np.zeros(len(raw), dtype=bool)
