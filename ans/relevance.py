@@ -119,9 +119,9 @@ def whole_components(
     ctx, cap, lexical = whole.ctx, whole.cap, whole.lexical
     if rows is not None:
         ctx, cap, lexical = ctx[rows], cap[rows], lexical[rows]
-    return [
-        np.clip(ctx, 0.0, 1.0).astype(np.float64),
-        np.clip(cap, 0.0, 1.0).astype(np.float64),
+    return [  # a pass's similarities are clipped to [0, 1] already (scoring.fuse_texts)
+        ctx.astype(np.float64),
+        cap.astype(np.float64),
         lexical.astype(np.float64),
     ]
 

@@ -164,8 +164,8 @@ def narrow(
     tag_dense, tag_list = tag_passes[0]
     has_tags = table.n_tags[cand] > 0
     prelim = fuse(
-        table.ctx.scan_rows(q0, cand)[:, 0],
-        table.cap.scan_rows(q0, cand)[:, 0],
+        np.clip(table.ctx.scan_rows(q0, cand)[:, 0], 0.0, 1.0),
+        np.clip(table.cap.scan_rows(q0, cand)[:, 0], 0.0, 1.0),
         lex[0].at(cand),
         tag_dense[cand] if tag_dense is not None else None,
         has_tags,

@@ -76,7 +76,7 @@ class Pass:
 
     fused: Vectors
     tags: TagHits  # matched query tags and their holders
-    ctx: Vectors | None = None  # None: an empty text, nothing scored
+    ctx: Vectors | None = None  # None: an empty text, nothing scored; clipped to [0, 1]
     cap: Vectors | None = None
     lexical: Vectors | None = None
     tag: Vectors | None = None
@@ -303,12 +303,12 @@ def fuse(
 ) -> Pass:
     """The weighted mean of the components over the weights of the components
     each agent has (``sums``: :func:`weight_sums`, used when the text names a
-    known tag)."""
+    known tag). ``ctx`` and ``cap`` are similarities clipped to [0, 1]."""
     n = len(ctx)
     if empty:
         return Pass(np.zeros(n, dtype=np.float32), [])
-    total = WEIGHTS["context"] * np.clip(ctx, 0.0, 1.0)
-    total += WEIGHTS["capability"] * np.clip(cap, 0.0, 1.0)
+    total = WEIGHTS["context"] * ctx
+    total += WEIGHTS["capability"] * cap
     total += WEIGHTS["lexical"] * lexical
     if tag is not None:
         assert sums is not None
@@ -364,6 +364,10 @@ def fuse_texts(
     """One :class:`Pass` per query text (column ``i`` of the component arrays,
     which are over the candidates; ``pick`` selects them from the dense
     lexical and tag scores)."""
+    # the similarities clipped to [0, 1] once for every text (fuse and the
+    # relevance model read them clipped)
+    ctx = np.clip(ctx, 0.0, 1.0)
+    cap = np.clip(cap, 0.0, 1.0)
     # the weight sums are only read by a text that names a known tag
     sums = weight_sums(has_tags) if any(d is not None for d, _ in tag_passes) else None
     nonzero: npt.NDArray[np.bool_] = np.any(q, axis=1)  # an empty text's vector is all zero

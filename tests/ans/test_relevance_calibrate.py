@@ -26,7 +26,8 @@ def random_pass(rng: np.random.Generator, n: int) -> Pass:
     def f32() -> np.ndarray:
         return (rng.standard_normal(n) * 0.6 + 0.2).astype(np.float32)
 
-    return Pass(np.clip(f32(), 0, 1), [], f32(), f32(), np.abs(f32()))
+    # a pass holds its similarities clipped to [0, 1] (scoring.fuse_texts)
+    return Pass(np.clip(f32(), 0, 1), [], np.clip(f32(), 0, 1), np.clip(f32(), 0, 1), np.abs(f32()))
 
 
 def matrix_form(final: np.ndarray, whole: Pass, parts: list[Pass], weight: float) -> np.ndarray:
