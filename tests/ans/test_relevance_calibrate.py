@@ -65,3 +65,29 @@ def test_gate_scores_of_rows_keep_the_strong_match_raise() -> None:
     gate = RelevanceGate()
     rows = np.flatnonzero(final >= gate.min_capability_match)
     assert np.array_equal(gate.scores(final, whole, [])[rows], gate.scores(final, whole, [], rows=rows))
+
+
+@pytest.mark.parametrize("share_past_floor", [0.2, 0.9])
+def test_gated_matches_the_whole_array_either_way(share_past_floor: float) -> None:
+    """QueryScores scores the candidates past the raw floor alone when they are
+    few and every candidate in place when most pass: both give the whole
+    array's scores past the floor, 0 below it, and the same matches."""
+    from ans.index.scoring import QueryScores, at_least
+
+    rng = np.random.default_rng(11)
+    gate = RelevanceGate()
+    for _ in range(50):
+        n = int(rng.integers(20, 200))
+        whole = random_pass(rng, n)
+        past = rng.random(n) < share_past_floor
+        final = np.where(past, rng.uniform(0.06, 1.0, n), rng.uniform(0.0, 0.04, n))
+        final = final.astype(np.float32)
+        parts = [Pass(np.clip(rng.standard_normal(n), 0, 1).astype(np.float32), [])]
+        scores = QueryScores(final, None, whole, parts)
+        keep, cms, raw = scores._gated(gate)
+        everything = gate.scores(final.astype(np.float64), whole, parts)
+        floor = at_least(raw, gate.min_capability_match)
+        assert np.array_equal(floor, past)
+        assert np.array_equal(cms[floor], everything[floor])  # bit for bit
+        assert not cms[~floor].any()
+        assert np.array_equal(keep, floor & at_least(everything, gate.min_relevance))
