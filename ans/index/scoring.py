@@ -88,8 +88,8 @@ class Pass:
         if self.ctx is None or self.cap is None or self.lexical is None:
             return {}
         out = {
-            "context": min(max(float(self.ctx[i]), 0.0), 1.0),  # np.clip: 2 us a scalar
-            "capability": min(max(float(self.cap[i]), 0.0), 1.0),
+            "context": float(self.ctx[i]),  # clipped to [0, 1] already (fuse_texts)
+            "capability": float(self.cap[i]),
             "lexical": float(self.lexical[i]),
         }
         if self.tag is not None and self.has_tags is not None and self.has_tags[i]:
