@@ -90,7 +90,6 @@ class ExampleBlocks:
         self.rows.clear(slice(0, self._used))
         self.rows.codes[: len(idx)] = codes
         self.rows.scale[: len(idx)] = scale
-        self.rows.drop_packed()
         counts = self._count[slots].astype(np.int64)
         starts = np.zeros(len(slots), dtype=np.int64)
         np.cumsum(counts[:-1], out=starts[1:])

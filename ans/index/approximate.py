@@ -68,10 +68,6 @@ class AnnMode:
             return
         self.built_for = len(slots)
         self.cap = AnnIndex.build(table.dim, table.cap.get(slots), slots, self.settings)
-        # the packed copies for exhaustive scans are not needed any more
-        table.ctx.drop_packed()
-        table.cap.drop_packed()
-        table.examples.rows.drop_packed()
 
     def save(self, directory: Path) -> None:
         if self.cap is not None:

@@ -12,10 +12,11 @@ exact integer dot product of the codes (numkong's packed int8 kernels:
 int32 accumulation, no rounding) and then multiply by the row's scale and the
 query's scale in float32. The integer part is exact whichever kernel or path
 computes it, so an exhaustive scan and a candidate scan give bit-identical
-numbers for the same row, on any machine. For exhaustive scans a packed copy
-of the codes is kept (built on the first scan; rows written since are
-recomputed directly until they amount to 1/:data:`REPACK_SHARE` of the
-rows, then the copy is rebuilt).
+numbers for the same row, on any machine. Both stream the rows as they are
+stored against the packed query vectors: between two queries the rows fall out
+of this machine kind's caches, and a packed copy of the rows (28% larger,
+read tile by tile) cost 35% more per scan from memory (docs/query-profile.md,
+eighth round).
 """
 
 from __future__ import annotations
@@ -96,15 +97,9 @@ def int_dots(codes: npt.NDArray[np.int8], q8: npt.NDArray[np.int8]) -> npt.NDArr
     return np.asarray(numkong.dots_packed(q8, packed), dtype=np.int32)
 
 
-# Rows written since the packed copy was built are recomputed directly; when
-# they exceed this share of the scanned rows (and REPACK_MIN), the copy is rebuilt.
-REPACK_SHARE = 8
-REPACK_MIN = 256
-
-
 def _finish(raw: npt.NDArray[np.int32], row_scale: Vectors, q_scale: Vectors) -> Vectors:
     """Integer dot products (P, m) -> similarities (m, P), columns contiguous."""
-    out = raw.astype(np.float32)
+    out = raw.astype(np.float32, order="C")  # int_dots gives a transposed view
     out *= row_scale[None, :]
     out *= q_scale[:, None]
     return out.T
@@ -115,9 +110,6 @@ class QRows:
         self.dim = dim
         self.codes = np.zeros((0, dim), dtype=np.int8)
         self.scale = np.zeros(0, dtype=np.float32)
-        self._packed: numkong.PackedMatrix | None = None
-        self._packed_n = 0
-        self._stale = np.zeros(0, dtype=bool)  # rows written since packing
 
     def __len__(self) -> int:
         return len(self.scale)
@@ -130,20 +122,16 @@ class QRows:
         codes[: len(self.codes)] = self.codes
         scale = np.zeros(cap, dtype=np.float32)
         scale[: len(self.scale)] = self.scale
-        stale = np.zeros(cap, dtype=bool)
-        stale[: len(self._stale)] = self._stale
-        self.codes, self.scale, self._stale = codes, scale, stale
+        self.codes, self.scale = codes, scale
 
     def set(self, rows: Index | slice, vectors: Vectors) -> None:
         codes, scale = quantize(vectors)
         self.codes[rows] = codes
         self.scale[rows] = scale
-        self._stale[rows] = True
 
     def clear(self, rows: Index | slice) -> None:
         self.codes[rows] = 0
         self.scale[rows] = 0.0
-        self._stale[rows] = True
 
     def get(self, rows: Index) -> Vectors:
         out: Vectors = self.codes[rows].astype(np.float32)
@@ -155,30 +143,7 @@ class QRows:
         q8, q_scale = query_codes(queries)
         if n <= 0:
             return np.zeros((0, len(q8)), dtype=np.float32)
-        stale = self._fresh_pack(n)
-        packed_n = self._packed_n
-        assert self._packed is not None
-        raw = np.asarray(numkong.dots_packed(q8, self._packed), dtype=np.int32)
-        if n > packed_n or len(stale):
-            whole = np.empty((len(q8), n), dtype=np.int32)
-            whole[:, :packed_n] = raw
-            whole[:, packed_n:] = int_dots(self.codes[packed_n:n], q8)
-            if len(stale):
-                whole[:, stale] = int_dots(self.codes.take(stale, axis=0), q8)
-            raw = whole
-        return _finish(raw, self.scale[:n], q_scale)
-
-    def _fresh_pack(self, n: int) -> npt.NDArray[np.intp]:
-        """Make sure a packed copy covers a useful prefix of rows [0, n); return the
-        packed rows written since it was built."""
-        if self._packed is not None and self._packed_n <= n:
-            stale = np.flatnonzero(self._stale[: self._packed_n])
-            if (n - self._packed_n) + len(stale) <= max(REPACK_MIN, n // REPACK_SHARE):
-                return stale
-        self._packed = numkong.dots_pack(np.ascontiguousarray(self.codes[:n]))
-        self._packed_n = n
-        self._stale[:] = False
-        return np.zeros(0, dtype=np.intp)
+        return _finish(int_dots(self.codes[:n], q8), self.scale[:n], q_scale)
 
     def scan_rows(self, queries: Vectors | QueryCodes, rows: npt.NDArray[np.integer]) -> Vectors:
         """Similarities of the given rows with the query vectors: (len(rows), P)."""
@@ -187,11 +152,6 @@ class QRows:
         # take() copies whole rows; fancy indexing is ~3x slower for this gather
         raw = int_dots(self.codes.take(rows, axis=0), q8)
         return _finish(raw, self.scale.take(rows), q_scale)
-
-    def drop_packed(self) -> None:
-        """Forget the packed copy (memory; or the rows were moved wholesale)."""
-        self._packed = None
-        self._packed_n = 0
 
     def state(self, prefix: str, n: int) -> dict[str, npt.NDArray[np.generic]]:
         return {f"{prefix}_codes": self.codes[:n], f"{prefix}_scale": self.scale[:n]}
@@ -203,5 +163,4 @@ class QRows:
         q.scale = np.asarray(arrays[f"{prefix}_scale"], dtype=np.float32)
         if len(q.codes) != len(q.scale):
             raise ValueError(f"{prefix} snapshot is inconsistent")
-        q._stale = np.zeros(len(q.scale), dtype=bool)
         return q

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from ans.index.int8_rows import (
-    REPACK_MIN,
     SCAN_BLOCK_BYTES,
     QRows,
     int_dots,
@@ -77,7 +76,7 @@ def test_exhaustive_and_candidate_scans_give_the_same_numbers() -> None:
     # both sides quantized: within 1e-2 of the float cosines
     np.testing.assert_allclose(full, unit_rows(n, dim, 4) @ q.T, atol=1e-2)
 
-    # rows written after the packed copy was built are recomputed, not read stale
+    # rows written after a scan are read as they are now, never stale
     store.set(np.array([17]), unit_rows(1, dim, 6))
     store.clear(np.array([0]))
     again = store.scan(q, n)
@@ -87,24 +86,24 @@ def test_exhaustive_and_candidate_scans_give_the_same_numbers() -> None:
     assert np.all(again[0] == 0.0)
 
 
-def test_scans_follow_growth_and_repacking() -> None:
+def test_scans_follow_growth_and_rewrites() -> None:
     dim = 32
     store = QRows(dim)
     q = unit_rows(2, dim, 7)
     assert store.scan(q, 0).shape == (0, 2)
-    n = 4 * REPACK_MIN
+    n = 1024
     store.reserve(n)
     store.set(slice(0, n), unit_rows(n, dim, 8))
     assert np.array_equal(store.scan(q, n), reference(store, q, n))
-    # a few more rows: scanned as a tail past the packed copy
+    # a few more rows: scanned with the others
     store.reserve(n + 10)
     store.set(slice(n, n + 10), unit_rows(10, dim, 9))
     assert np.array_equal(store.scan(q, n + 10), reference(store, q, n + 10))
-    # many rows rewritten: past the threshold the copy is rebuilt; same numbers
+    # every row rewritten: the new numbers
     m = n + 10
     store.set(slice(0, m), unit_rows(m, dim, 10))
     assert np.array_equal(store.scan(q, m), reference(store, q, m))
-    # a shorter scan than the packed copy
+    # a scan of a prefix
     assert np.array_equal(store.scan(q, 5), reference(store, q, 5))
     # a zero query vector scores 0 everywhere
     zero = np.zeros((1, dim), np.float32)
