@@ -159,8 +159,15 @@ def whole_features(final: Floats, components: list[Floats], best: Floats | None 
 
 
 def _sigmoid(x: Floats) -> Floats:
-    out: Floats = 1.0 / (1.0 + np.exp(-np.clip(x, -60.0, 60.0)))
-    return out
+    """The logistic function of ``x``, computed in place (``x`` is a fresh
+    logit array of :func:`_linear`): the same operations as
+    ``1 / (1 + exp(-clip(x, -60, 60)))`` without their four temporaries."""
+    np.clip(x, -60.0, 60.0, out=x)
+    np.negative(x, out=x)
+    np.exp(x, out=x)
+    x += 1.0
+    np.reciprocal(x, out=x)
+    return x
 
 
 def _linear(

@@ -370,7 +370,7 @@ def fuse_texts(
     cap = np.clip(cap, 0.0, 1.0)
     # the weight sums are only read by a text that names a known tag
     sums = weight_sums(has_tags) if any(d is not None for d, _ in tag_passes) else None
-    nonzero: npt.NDArray[np.bool_] = np.any(q, axis=1)  # an empty text's vector is all zero
+    nonzero: npt.NDArray[np.bool_] = q.any(axis=1)  # an empty text's vector is all zero
     passes = []
     for i in range(len(q)):
         tag_dense, tag_list = tag_passes[i]
@@ -394,7 +394,11 @@ def combine(passes: list[Pass], ids: list[str | None] | None, **common: Any) -> 
     parts): a compound intent mixes the whole with its best part."""
     whole = passes[0]
     if len(passes) > 1:
-        part_best = np.max(np.stack([p.fused for p in passes[1:]]), axis=0)
+        # the element-wise max of the parts, pairwise (np.max over a stacked copy
+        # costs ~10x more: a reduction along the short axis)
+        part_best = passes[1].fused
+        for p in passes[2:]:
+            part_best = np.maximum(part_best, p.fused)
         final = (1.0 - SEGMENT_MIX) * whole.fused + SEGMENT_MIX * part_best
         return QueryScores(final, ids, whole, passes[1:], part_best, **common)
     return QueryScores(whole.fused, ids, whole, **common)
