@@ -370,7 +370,7 @@ def fuse_texts(
     cap = np.clip(cap, 0.0, 1.0)
     # the weight sums are only read by a text that names a known tag
     sums = weight_sums(has_tags) if any(d is not None for d, _ in tag_passes) else None
-    nonzero: npt.NDArray[np.bool_] = q.any(axis=1)  # an empty text's vector is all zero
+    nonzero = np.asarray(q.any(axis=1))  # an empty text's vector is all zero
     passes = []
     for i in range(len(q)):
         tag_dense, tag_list = tag_passes[i]
