@@ -15,8 +15,8 @@ computes it, so an exhaustive scan and a candidate scan give bit-identical
 numbers for the same row, on any machine. Both stream the rows as they are
 stored against the packed query vectors: between two queries the rows fall out
 of this machine kind's caches, and a packed copy of the rows (28% larger,
-read tile by tile) cost 35% more per scan from memory (docs/query-profile.md,
-eighth round).
+read tile by tile) cost ~35% more per scan inside the query path, though less
+when a scan follows another at once (docs/query-profile.md, eighth round).
 """
 
 from __future__ import annotations

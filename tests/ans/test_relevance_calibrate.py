@@ -91,3 +91,14 @@ def test_gated_matches_the_whole_array_either_way(share_past_floor: float) -> No
         assert np.array_equal(cms[floor], everything[floor])  # bit for bit
         assert not cms[~floor].any()
         assert np.array_equal(keep, floor & at_least(everything, gate.min_relevance))
+
+
+def test_the_in_place_logistic_is_the_formula_bit_for_bit() -> None:
+    """_sigmoid overwrites its (fresh) logit array; the numbers stay those of
+    ``1 / (1 + exp(-clip(x, -60, 60)))``, saturated logits included."""
+    rng = np.random.default_rng(7)
+    x = np.concatenate([rng.standard_normal(5000) * 8.0, [-1e3, -60.0, -0.0, 0.0, 60.0, 1e3]])
+    want = 1.0 / (1.0 + np.exp(-np.clip(x, -60.0, 60.0)))
+    got = _sigmoid(x.copy())
+    assert got.dtype == np.float64
+    assert np.array_equal(got.view(np.uint64), want.view(np.uint64))
