@@ -338,5 +338,5 @@ def test_embedding_a_text_alone_or_in_a_batch_gives_the_same_bits(embedder: Any)
         assert np.array_equal(alone[0], sums[i]) and n[0] == counts[i]
     assert counts[1] == 0 and not sums[1].any()
     ids = embedder._tok.encode(texts[0], add_special_tokens=False).ids
-    table = embedder._table_t.T
+    table = embedder._table
     np.testing.assert_allclose(sums[0], table[ids].sum(axis=0), rtol=0, atol=1e-5)
