@@ -5,10 +5,14 @@ Each line is the ``parameters`` object of an ACTIVATE:
 verification as ACTIVATE — strict bounded JSON, capability document
 validation, the governance signature against the trusted keys, lifecycle
 Active — in a pool of worker processes (chunks of lines, a bounded number in
-flight). The main process then applies the admissibility rules (tombstoned,
-Suspended, stale, unchanged; a later line for the same canonical id checked
-against the earlier one, as sequential ACTIVATEs would be) and stores,
-embeds and indexes each batch at once (:meth:`AnsService.activate_many`).
+flight), which also embed each verified line's capability profile when the
+index uses the bundled embedder (the same model, by fingerprint: the same
+vectors bit for bit; embedding was ~40% of the main process's work, which
+bounded the import while the workers idled). The main process then applies
+the admissibility rules (tombstoned, Suspended, stale, unchanged; a later
+line for the same canonical id checked against the earlier one, as
+sequential ACTIVATEs would be) and stores and indexes each batch at once
+(:meth:`AnsService.activate_many`), embedding itself whatever a worker did not.
 
 Audit: one ``activation_refused`` record per refused line (the fields of
 ACTIVATE's, plus file and line), one ``bulk_import_batch`` record per stored
@@ -50,24 +54,46 @@ from ans.protocol.scope import parse_authority_scope
 
 from .config import Config
 from .import_progress import ImportProgress, count_records
+from .index.embedder import (
+    WORDLLAMA_FINGERPRINT,
+    Embedder,
+    WordLlamaEmbedder,
+    embedder_fingerprint,
+)
+from .index.profiles import ProfileVectors, embed_profiles, profile_from
 from .service import AnsService
 
 DEFAULT_BATCH = 2000
 CHUNK_LINES = 250  # lines per worker task
 IMPORT_AGENT = "agtp://localhost/agents/ans-import"
 
-# (line number, "ok", (manifest, capabilities, signer_kid)) or
+# (line number, "ok", (manifest, capabilities, signer_kid, ProfileVectors | None)) or
 # (line number, "refused", (status, code, message, canonical_id, key_id))
 Outcome = tuple[int, str, tuple[Any, ...]]
 
 _worker_keys: TrustedKeys | None = None
 _worker_max_bytes = 0
+_worker_embedder: Embedder | None = None
 
 
-def _init_worker(jwks: list[dict[str, Any]], max_bytes: int) -> None:
-    global _worker_keys, _worker_max_bytes  # per worker process, set once by the pool
+def _init_worker(jwks: list[dict[str, Any]], max_bytes: int, fingerprint: str | None) -> None:
+    """Per worker process, once. ``fingerprint``: the index's embedder, when
+    it is the bundled one; the worker embeds only if its own is the same."""
+    global _worker_keys, _worker_max_bytes, _worker_embedder  # set once by the pool
     _worker_keys = TrustedKeys.from_jwks({"keys": jwks})
     _worker_max_bytes = max_bytes
+    _worker_embedder = None
+    if fingerprint is not None:
+        emb = WordLlamaEmbedder()
+        if embedder_fingerprint(emb) == fingerprint:
+            _worker_embedder = emb
+
+
+def worker_fingerprint(service: AnsService) -> str | None:
+    """The index's embedder fingerprint if a worker can load that embedder
+    (the bundled wordllama weights), else None: the main process embeds."""
+    fp = service.matcher.embedder_fingerprint
+    return fp if fp.startswith(WORDLLAMA_FINGERPRINT) else None
 
 
 def verify_line(data: bytes, keys: TrustedKeys, max_bytes: int) -> tuple[Any, ...]:
@@ -109,6 +135,24 @@ def _verify_chunk(chunk: list[tuple[int, bytes]]) -> list[Outcome]:
         except Exception as exc:  # never a traceback for a bad line
             cid, kid = _ids_of(data)
             out.append((lineno, "refused", (422, "invalid_line", str(exc)[:300], cid, kid)))
+    return _with_vectors(out)
+
+
+def _with_vectors(out: list[Outcome]) -> list[Outcome]:
+    """Each verified line with its profile's vectors (one embedder call for
+    the chunk), or None when this worker does not embed or the embedding
+    failed: the main process then embeds it, and meets any error there."""
+    ok = [i for i, (_, kind, _) in enumerate(out) if kind == "ok"]
+    vectors: list[ProfileVectors | None] = [None] * len(ok)
+    if _worker_embedder is not None and ok:
+        try:
+            profiles = [profile_from(out[i][2][0], out[i][2][1]) for i in ok]
+            vectors = list(embed_profiles(_worker_embedder, profiles))
+        except Exception:  # noqa: S110 - the main process embeds it and reports
+            pass
+    for i, v in zip(ok, vectors, strict=True):
+        lineno, kind, data = out[i]
+        out[i] = (lineno, kind, (*data, v))
     return out
 
 
@@ -223,7 +267,9 @@ def run_import(
         if not pending:
             return
         stored, unchanged, refused = service.activate_many(
-            [v for _, _, v in pending], requester_fields(identity, "ACTIVATE", None)
+            [v[:3] for _, _, v in pending],
+            requester_fields(identity, "ACTIVATE", None),
+            vectors=[v[3] for _, _, v in pending],
         )
         for i, exc in refused:
             fi, lineno, v = pending[i]
@@ -234,7 +280,8 @@ def run_import(
             report.batches += 1
         pending.clear()
 
-    with ctx.Pool(workers, _init_worker, (trusted_jwks, max_line)) as pool:
+    init = (trusted_jwks, max_line, worker_fingerprint(service))
+    with ctx.Pool(workers, _init_worker, init) as pool:
         inflight: deque[tuple[int, AsyncResult[list[Outcome]]]] = deque()
         window = 8 * workers + 2  # workers keep verifying while a batch is embedded
 

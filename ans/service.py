@@ -49,7 +49,7 @@ from .core.live_index import LiveIndex
 from .core.loader import IndexLoader
 from .core.names import NameResolver
 from .core.registrar import Registrar
-from .matcher import CapabilityMatcher
+from .matcher import CapabilityMatcher, ProfileVectors
 from .relevance import RelevanceGate
 from .store import RegistryStore, StoredAgent
 
@@ -194,8 +194,9 @@ class AnsService:
         self,
         verified: Sequence[tuple[dict[str, Any], dict[str, Any], str]],
         requester: Mapping[str, Any] | None = None,
+        vectors: Sequence[ProfileVectors | None] | None = None,
     ) -> tuple[list[str], int, list[tuple[int, AgtpError]]]:
-        return self.registrar.activate_many(verified, requester)
+        return self.registrar.activate_many(verified, requester, vectors)
 
     def admit_self_asserted(
         self,

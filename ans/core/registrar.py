@@ -37,7 +37,7 @@ from ans.protocol.errors import (
 from ans.protocol.messages import ActivateRequest, Identity
 
 from ..audited import publish, require_writable
-from ..matcher import profile_from
+from ..matcher import ProfileVectors, profile_from
 from ..profile_metadata import (
     SELF_ASSERTED_KID,
     check_metadata,
@@ -379,6 +379,7 @@ class Registrar:
         self,
         verified: Sequence[tuple[dict[str, Any], dict[str, Any], str]],
         requester: Mapping[str, Any] | None = None,
+        vectors: Sequence[ProfileVectors | None] | None = None,
     ) -> tuple[list[str], int, list[tuple[int, AgtpError]]]:
         """ACTIVATE a batch of already verified (manifest, capabilities,
         signer_kid), as if one after another: the same admissibility rule
@@ -391,6 +392,10 @@ class Registrar:
         the store or audit log unwritable raises 503 ``storage_unavailable``
         with nothing applied.
 
+        ``vectors``, aligned with ``verified``: the profile vectors of a line
+        already embedded (``ans import`` embeds in its worker processes, with
+        an embedder of this matcher's fingerprint); None where not.
+
         Returns (stored canonical ids in order, unchanged count,
         [(position in ``verified``, refusal)])."""
         ctx, index = self.ctx, self.index
@@ -401,6 +406,7 @@ class Registrar:
         with index.write_lock:
             previous = ctx.store.get_many(m["canonical_id"] for m, _, _ in verified)
             pending: dict[str, StoredAgent] = {}
+            line_of: dict[str, int] = {}  # the line each pending agent came from
             for i, (manifest, caps, kid) in enumerate(verified):
                 cid = manifest["canonical_id"]
                 try:
@@ -427,6 +433,7 @@ class Registrar:
                     registered_at=prev.registered_at if prev is not None else now,
                     updated_at=now,
                 )
+                line_of[cid] = i
             agents = list(pending.values())
             if agents:
                 require_writable(ctx.audit)
@@ -440,10 +447,17 @@ class Registrar:
                 ref = ctx.store.upsert_many(agents, audit)  # durable first, with its record
                 publish(ctx.store, ctx.audit, ref, audit)
             profiles = [profile_from(a.manifest, a.capabilities) for a in agents]
-            vectors = ctx.matcher.embed_profiles(profiles)
+            given = [vectors[line_of[a.canonical_id]] if vectors else None for a in agents]
+            embed = [j for j, v in enumerate(given) if v is None]
+            if embed:
+                done = ctx.matcher.embed_profiles([profiles[j] for j in embed])
+                for j, v in zip(embed, done, strict=True):
+                    given[j] = v
             entries = [AgentEntry.from_stored(a) for a in agents]
             with index.lock:
-                ctx.matcher.upsert_many(list(zip(profiles, vectors, strict=True)))
+                ctx.matcher.upsert_many(
+                    [(p, v) for p, v in zip(profiles, given, strict=True) if v is not None]
+                )
                 index.registry.put_many(entries)
                 for a in agents:
                     index.forget_fields(a.canonical_id)

@@ -45,7 +45,7 @@ from ..ranking import PRECISION
 from ..text import segments
 from . import snapshot
 from .approximate import AnnMode
-from .embedder import Embedder, QueryVectors, Vectors
+from .embedder import Embedder, QueryVectors, Vectors, embedder_fingerprint
 from .equivalence import equivalence
 from .facet_file import FacetFile
 from .int8_rows import query_codes, similarities
@@ -77,6 +77,8 @@ from .slots import Slots, SlotTable
 QUERY_CACHE = 4096
 
 class CapabilityMatcher(Protocol):
+    embedder_fingerprint: str  # the embedding model (equal fingerprints, equal vectors)
+
     def embed_profile(self, profile: CapabilityProfile) -> ProfileVectors: ...
     def embed_profiles(self, profiles: Sequence[CapabilityProfile]) -> list[ProfileVectors]: ...
     def upsert(self, profile: CapabilityProfile, vectors: ProfileVectors | None = None) -> None: ...
@@ -139,6 +141,7 @@ class CapabilityIndex:
         profile_source: ProfileSource | None = None,
     ) -> None:
         self._emb = embedder
+        self.embedder_fingerprint = embedder_fingerprint(embedder)
         self._dim = embedder.dim
         self.settings = settings or AnnSettings()
         self._lock = threading.RLock()

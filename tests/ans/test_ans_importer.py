@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pytest
 from ans.governance.audit import verify_chain
@@ -419,3 +420,68 @@ def test_filter_only_discover_matches_a_brute_force_reference(make_ans: Any,
         assert len(want) > 0
     svc.audit.close()
     svc.store.close()
+
+
+# -- embedding in the import's worker processes ----------------------------------------
+
+
+def test_import_workers_embed_what_the_main_process_would(
+    tmp_path: Path,
+    embedder: Any,
+    gov_key: SigningKey,
+    make_manifest: Callable[..., dict[str, Any]],
+) -> None:
+    from ans.importer import _init_worker, _verify_chunk
+    from ans.index.facet_file import FACET_FILE, FacetFile, stored_precision
+    from ans.index.profiles import embed_profiles, profile_digest, profile_from
+    from ans.matcher import embedder_fingerprint
+
+    old = make_manifest("dup", last_updated="2026-02-01T00:00:00Z",
+                        job_description="Translates legal contracts between German and English.")
+    new = make_manifest("dup", last_updated="2026-03-01T00:00:00Z",
+                        job_description="Audits Solidity smart contracts for reentrancy bugs.")
+    examples = {"examples": [{"id": "e1", "text": "find reentrancy in this vault"},
+                             {"id": "e2", "text": "check an ERC-20 token"}]}
+    lines: list[Any] = [
+        {"manifest": make_manifest("a", job_description=TOPICS[2]), "capabilities": examples},
+        b"{not json",
+        {"manifest": old, "capabilities": {}},
+        {"manifest": make_manifest("b", job_description=TOPICS[3]), "capabilities": {}},
+        {"manifest": new, "capabilities": examples},  # the later line for "dup" wins
+    ]
+    jwks = json.loads(jwks_file(tmp_path, gov_key).read_text())["keys"]
+
+    # A worker with the index's embedder returns each verified line's vectors ...
+    chunk = [(i + 1, x if isinstance(x, bytes) else orjson.dumps(x)) for i, x in enumerate(lines)]
+    _init_worker(jwks, 1 << 20, embedder_fingerprint(embedder))
+    out = _verify_chunk(chunk)
+    assert [kind for _, kind, _ in out] == ["ok", "refused", "ok", "ok", "ok"]
+    for _, kind, data in out:
+        if kind == "ok":
+            manifest, caps, _, vecs = data
+            want = embed_profiles(embedder, [profile_from(manifest, caps)])[0]
+            assert np.array_equal(vecs.facet_sums, want.facet_sums)
+            assert np.array_equal(vecs.facet_counts, want.facet_counts)
+            assert np.array_equal(vecs.examples, want.examples)
+    # ... and one with another embedder's fingerprint leaves the embedding to the main process.
+    _init_worker(jwks, 1 << 20, "wordllama-other")
+    assert all(data[3] is None for _, kind, data in _verify_chunk(chunk) if kind == "ok")
+    _init_worker(jwks, 1 << 20, None)
+
+    # Through `ans import` with 2 workers, every agent's stored facet sums are the
+    # ones of its own (latest) line, as the facet file keeps them.
+    data = tmp_path / "data"
+    src = write_jsonl(tmp_path / "agents.jsonl", lines)
+    report = import_files(Config(data_dir=data, governance_jwks=(jwks_file(tmp_path, gov_key),)),
+                          [src], batch=50, workers=2)  # one batch: "dup" twice in it
+    assert (report.imported, len(report.refused)) == (3, 1)
+    wanted = {m["canonical_id"]: (m, c) for m, c in
+              ((x["manifest"], x["capabilities"]) for x in lines if isinstance(x, dict))}
+    profiles = {cid: profile_from(m, c) for cid, (m, c) in wanted.items()}
+    facets = FacetFile(data / FACET_FILE, embedder_fingerprint(embedder), embedder.dim)
+    got = facets.get({cid: profile_digest(p) for cid, p in profiles.items()})
+    facets.close()
+    assert got.keys() == profiles.keys()
+    for cid, p in profiles.items():
+        want_sums = stored_precision(embed_profiles(embedder, [p])[0].facet_sums)
+        assert np.array_equal(got[cid], want_sums), cid
