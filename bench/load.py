@@ -364,6 +364,56 @@ def load_params(catalog: Path, seed: int, synth: Any) -> Path:
     return path
 
 
+def import_catalog(
+    run: Path, catalog: Path, n: int, reuse_import: bool
+) -> tuple[dict[str, Any], list[str]]:
+    """Load the catalog into ``run``/data (``ans import``, or ACTIVATE over HTTP/2
+    where that command is absent) and write ``run``/ans.toml; with
+    ``reuse_import``, keep a finished import of an earlier run. Returns how the
+    import went and its problems."""
+    problems: list[str] = []
+    jwks = catalog / "governance.jwks.json"
+    marker = run / "data" / ".imported.json"
+    reuse = reuse_import and marker.is_file()
+    if run.exists() and not reuse:
+        shutil.rmtree(run)
+    run.mkdir(parents=True, exist_ok=True)
+    data = run / "data"
+    config = run / "ans.toml"
+    config.write_text(SERVER_CONFIG)
+    info: dict[str, Any]
+    if reuse:
+        info = json.loads(marker.read_text())
+        info["reused"] = True
+        log(f"reusing the import in {data} ({info})")
+    elif has_import_command():
+        cmd = [ANS, "import", "--data-dir", str(data), "--governance-jwks", str(jwks),
+               str(catalog / "agents.jsonl")]
+        log(f"importing {n} agents: ans {' '.join(cmd[1:])}")
+        t0 = time.perf_counter()
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)  # progress bar on stderr
+        took = time.perf_counter() - t0
+        if r.returncode != 0:
+            problems.append(f"ans import failed ({r.returncode}): {r.stdout[-500:]}")
+        info = {"method": "ans import", "agents": n, "seconds": round(took, 2),
+                "agents_per_s": round(n / took, 1)}
+        if r.returncode == 0:
+            marker.write_text(json.dumps(info))
+    else:
+        log(f"'ans import' is absent: ACTIVATE {n} agents over HTTP/2 at c=16")
+        srv, _, _ = start_ans(data, jwks, config)
+        try:
+            r_act = run_client(srv.url, catalog / "agents.jsonl", mode="activate",
+                               concurrency=16)
+        finally:
+            stop_server(srv)
+        problems += client_problems("import (HTTP ACTIVATE)", r_act)
+        info = {"method": "ACTIVATE over HTTP/2, c=16 ('ans import' absent)",
+                "agents": r_act["n"], "seconds": r_act["duration_s"],
+                "agents_per_s": r_act["rps"]}
+    return info, problems
+
+
 def bench_size(n: int, args: argparse.Namespace, synth: Any, source: str) -> dict[str, Any]:
     res: dict[str, Any] = {"agents": n}
     problems: list[str] = []
@@ -376,45 +426,10 @@ def bench_size(n: int, args: argparse.Namespace, synth: Any, source: str) -> dic
     res["params"] = {"file": params.name, "queries": len(queries),
                      "distinct_intents": len(intents), "draw": "random per request"}
     run = args.cache / f"run-{n}"
-    marker = run / "data" / ".imported.json"
-    reuse = args.reuse_import and marker.is_file()
-    if run.exists() and not reuse:
-        shutil.rmtree(run)
-    run.mkdir(parents=True, exist_ok=True)
     data = run / "data"
     config = run / "ans.toml"
-    config.write_text(SERVER_CONFIG)
-
-    # -- load the catalog
-    if reuse:
-        res["import"] = json.loads(marker.read_text())
-        res["import"]["reused"] = True
-        log(f"reusing the import in {data} ({res['import']})")
-    elif has_import_command():
-        cmd = [ANS, "import", "--data-dir", str(data), "--governance-jwks", str(jwks),
-               str(catalog / "agents.jsonl")]
-        log(f"importing {n} agents: ans {' '.join(cmd[1:])}")
-        t0 = time.perf_counter()
-        r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)  # progress bar on stderr
-        took = time.perf_counter() - t0
-        if r.returncode != 0:
-            problems.append(f"ans import failed ({r.returncode}): {r.stdout[-500:]}")
-        res["import"] = {"method": "ans import", "agents": n, "seconds": round(took, 2),
-                         "agents_per_s": round(n / took, 1)}
-        if r.returncode == 0:
-            marker.write_text(json.dumps(res["import"]))
-    else:
-        log(f"'ans import' is absent: ACTIVATE {n} agents over HTTP/2 at c=16")
-        srv, _, _ = start_ans(data, jwks, config)
-        try:
-            r_act = run_client(srv.url, catalog / "agents.jsonl", mode="activate",
-                               concurrency=16)
-        finally:
-            stop_server(srv)
-        problems += client_problems("import (HTTP ACTIVATE)", r_act)
-        res["import"] = {"method": "ACTIVATE over HTTP/2, c=16 ('ans import' absent)",
-                         "agents": r_act["n"], "seconds": r_act["duration_s"],
-                         "agents_per_s": r_act["rps"]}
+    res["import"], import_problems = import_catalog(run, catalog, n, args.reuse_import)
+    problems += import_problems
     log(f"import: {res['import']['agents_per_s']} agents/s")
 
     # -- cold start
@@ -424,7 +439,7 @@ def bench_size(n: int, args: argparse.Namespace, synth: Any, source: str) -> dic
     res["healthz_agents"] = health.get("agents")
     log(f"cold start {cold:.2f} s, {health.get('agents')} agents")
     served = health.get("agents")
-    if reuse and isinstance(served, int) and served > n:
+    if res["import"].get("reused") and isinstance(served, int) and served > n:
         # a reused data dir keeps the agents earlier runs ACTIVATEd (--activate-agents
         # plus the visibility agents each time): expected, not an error
         res["activated_by_earlier_runs"] = served - n
