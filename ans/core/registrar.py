@@ -37,7 +37,7 @@ from ans.protocol.errors import (
 from ans.protocol.messages import ActivateRequest, Identity
 
 from ..audited import publish, require_writable
-from ..matcher import ProfileVectors, profile_from
+from ..matcher import CapabilityProfile, ProfileVectors, profile_from
 from ..profile_metadata import (
     SELF_ASSERTED_KID,
     check_metadata,
@@ -448,20 +448,23 @@ class Registrar:
                 publish(ctx.store, ctx.audit, ref, audit)
             profiles = [profile_from(a.manifest, a.capabilities) for a in agents]
             given = [vectors[line_of[a.canonical_id]] if vectors else None for a in agents]
-            embed = [j for j, v in enumerate(given) if v is None]
-            if embed:
-                done = ctx.matcher.embed_profiles([profiles[j] for j in embed])
-                for j, v in zip(embed, done, strict=True):
-                    given[j] = v
+            embedded = self._embed_missing(profiles, given)
             entries = [AgentEntry.from_stored(a) for a in agents]
             with index.lock:
-                ctx.matcher.upsert_many(
-                    [(p, v) for p, v in zip(profiles, given, strict=True) if v is not None]
-                )
+                ctx.matcher.upsert_many(list(zip(profiles, embedded, strict=True)))
                 index.registry.put_many(entries)
                 for a in agents:
                     index.forget_fields(a.canonical_id)
         return [a.canonical_id for a in agents], unchanged, refused
+
+    def _embed_missing(
+        self, profiles: Sequence[CapabilityProfile], given: Sequence[ProfileVectors | None]
+    ) -> list[ProfileVectors]:
+        """``given`` with each None replaced by its profile's vectors (one
+        embedder call for all of them)."""
+        missing = [profiles[j] for j, v in enumerate(given) if v is None]
+        done = iter(self.ctx.matcher.embed_profiles(missing) if missing else ())
+        return [v if v is not None else next(done) for v in given]
 
     def max_skew(self) -> timedelta:
         """How far in the future a signed timestamp may be (lifecycle events,
