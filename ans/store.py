@@ -45,6 +45,7 @@ import structlog
 
 from ans.protocol.errors import Conflict, StorageUnavailable
 
+from .result_fields import stored_fields
 from .store_records import (
     AuditEntry,
     Change,
@@ -93,15 +94,16 @@ _AGENT_COLUMNS = (
 )
 _UPSERT = """INSERT INTO agents (canonical_id, manifest, capabilities, lifecycle_state,
                  signer_kid, registered_at, updated_at, trust_tier, behavioral_trust_score,
-                 governance_zone, org_domain, required_scope, change_seq)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                 governance_zone, org_domain, required_scope, change_seq, result_fields)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
              ON CONFLICT(canonical_id) DO UPDATE SET
                manifest=excluded.manifest, capabilities=excluded.capabilities,
                lifecycle_state=excluded.lifecycle_state, signer_kid=excluded.signer_kid,
                updated_at=excluded.updated_at, trust_tier=excluded.trust_tier,
                behavioral_trust_score=excluded.behavioral_trust_score,
                governance_zone=excluded.governance_zone, org_domain=excluded.org_domain,
-               required_scope=excluded.required_scope, change_seq=excluded.change_seq"""
+               required_scope=excluded.required_scope, change_seq=excluded.change_seq,
+               result_fields=excluded.result_fields"""
 
 
 def _unavailable(what: str, path: Path, exc: sqlite3.Error) -> StorageUnavailable:
@@ -249,6 +251,7 @@ class SQLiteStore:
             agent.updated_at,
             *gate_columns(agent.manifest, agent.capabilities),
             seq,
+            stored_fields(agent.manifest, agent.capabilities, agent.updated_at),
         )
 
     def upsert(self, agent: StoredAgent, audit: AuditEntry | None = None) -> int | None:
@@ -305,6 +308,22 @@ class SQLiteStore:
                 ).fetchall()
             for row in rows:
                 out[row[0]] = self._row(row)
+        return out
+
+    def stored_result_fields(self, canonical_ids: Sequence[str]) -> dict[str, bytes | None]:
+        """The ``result_fields`` column of the stored agents among
+        ``canonical_ids`` (None where a row predates it); absent ones are left out."""
+        out: dict[str, bytes | None] = {}
+        for i in range(0, len(canonical_ids), 500):
+            chunk = canonical_ids[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            with self._reading(self._rlock):
+                rows = self._reader.execute(
+                    f"SELECT canonical_id, result_fields FROM agents "  # noqa: S608
+                    f"WHERE canonical_id IN ({marks})",
+                    chunk,
+                ).fetchall()
+            out.update(rows)
         return out
 
     def _scan(self, sql: str, params: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
@@ -397,15 +416,19 @@ class SQLiteStore:
                 "SELECT state FROM tombstones WHERE canonical_id = ?", (cid,)
             ).fetchone()
             row = self._db.execute(
-                "SELECT lifecycle_state FROM agents WHERE canonical_id = ?", (cid,)
+                "SELECT lifecycle_state, manifest, capabilities FROM agents "
+                "WHERE canonical_id = ?",
+                (cid,),
             ).fetchone()
             refuse_stale_transition(event, tomb[0] if tomb else (row[0] if row else None))
             seq = self._bump()
-            self._db.execute(
-                "UPDATE agents SET lifecycle_state = ?, updated_at = ?, change_seq = ? "
-                "WHERE canonical_id = ?",
-                (event.state_after, updated_at, seq, event.canonical_id),
-            )
+            if row is not None:  # the fields carry the row's updated_at: derive them again
+                fields = stored_fields(orjson.loads(row[1]), orjson.loads(row[2]), updated_at)
+                self._db.execute(
+                    "UPDATE agents SET lifecycle_state = ?, updated_at = ?, change_seq = ?, "
+                    "result_fields = ? WHERE canonical_id = ?",
+                    (event.state_after, updated_at, seq, fields, cid),
+                )
             self._db.execute(
                 "INSERT INTO lifecycle_events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (

@@ -51,6 +51,7 @@ from psycopg_pool import ConnectionPool
 
 from ans.protocol.errors import Conflict, StorageUnavailable
 
+from .result_fields import stored_fields
 from .store_pg_listen import ChangeListener
 from .store_pg_schema import migrate
 from .store_records import (
@@ -78,15 +79,16 @@ _EVENT_COLUMNS = (
 )
 _UPSERT = """INSERT INTO agents (canonical_id, manifest, capabilities, lifecycle_state,
                  signer_kid, registered_at, updated_at, trust_tier, behavioral_trust_score,
-                 governance_zone, org_domain, required_scope, change_seq)
-             VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                 governance_zone, org_domain, required_scope, change_seq, result_fields)
+             VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
              ON CONFLICT (canonical_id) DO UPDATE SET
                manifest = excluded.manifest, capabilities = excluded.capabilities,
                lifecycle_state = excluded.lifecycle_state, signer_kid = excluded.signer_kid,
                updated_at = excluded.updated_at, trust_tier = excluded.trust_tier,
                behavioral_trust_score = excluded.behavioral_trust_score,
                governance_zone = excluded.governance_zone, org_domain = excluded.org_domain,
-               required_scope = excluded.required_scope, change_seq = excluded.change_seq"""
+               required_scope = excluded.required_scope, change_seq = excluded.change_seq,
+               result_fields = excluded.result_fields"""
 _CHANGES = """SELECT a.change_seq, a.canonical_id, COALESCE(t.state, a.lifecycle_state)
                 FROM agents a LEFT JOIN tombstones t ON t.canonical_id = a.canonical_id
                WHERE a.change_seq > %(seq)s
@@ -289,6 +291,7 @@ class PostgresStore:
                             a.updated_at,
                             *gate_columns(a.manifest, a.capabilities),
                             first + i,
+                            stored_fields(a.manifest, a.capabilities, a.updated_at),
                         )
                         for i, a in enumerate(agents)
                     ],
@@ -317,11 +320,16 @@ class PostgresStore:
             ).fetchone()
             tomb_state, state = row if row else (None, None)
             refuse_stale_transition(event, tomb_state if tomb_state is not None else state)
-            conn.execute(
-                "UPDATE agents SET lifecycle_state = %s, updated_at = %s, change_seq = %s "
-                "WHERE canonical_id = %s",
-                (event.state_after, updated_at, seq, cid),
-            )
+            docs = conn.execute(
+                "SELECT manifest, capabilities FROM agents WHERE canonical_id = %s", (cid,)
+            ).fetchone()
+            if docs is not None:  # the fields carry the row's updated_at: derive them again
+                fields = stored_fields(orjson.loads(docs[0]), orjson.loads(docs[1]), updated_at)
+                conn.execute(
+                    "UPDATE agents SET lifecycle_state = %s, updated_at = %s, change_seq = %s, "
+                    "result_fields = %s WHERE canonical_id = %s",
+                    (event.state_after, updated_at, seq, fields, cid),
+                )
             conn.execute(
                 f"INSERT INTO lifecycle_events ({_EVENT_COLUMNS}) "  # noqa: S608
                 "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
@@ -398,6 +406,20 @@ class PostgresStore:
             ).fetchall()
         )
         return {row[0]: self._agent(row) for row in rows}
+
+    def stored_result_fields(self, canonical_ids: Sequence[str]) -> dict[str, bytes | None]:
+        """The ``result_fields`` column of the stored agents among
+        ``canonical_ids`` (None where a row predates it); absent ones are left out."""
+        if not canonical_ids:
+            return {}
+        ids = list(canonical_ids)
+        rows = self._read(
+            lambda conn: conn.execute(
+                "SELECT canonical_id, result_fields FROM agents WHERE canonical_id = ANY(%s)",
+                (ids,),
+            ).fetchall()
+        )
+        return {cid: (bytes(blob) if blob is not None else None) for cid, blob in rows}
 
     def iter_active(self) -> Iterator[StoredAgent]:
         for row in self._scan(

@@ -94,6 +94,11 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             "CREATE INDEX mcp_agents_by_last_seen ON mcp_agents (last_seen)",
         ),
     ),
+    (
+        3,
+        "agents.result_fields: the stored DISCOVER result fields (NULL: derived on read)",
+        ("ALTER TABLE agents ADD COLUMN result_fields bytea",),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 # pg_advisory_xact_lock key for migrations ("ANS" + 1).

@@ -5,7 +5,11 @@ migrations, for ``SQLiteStore`` (``store.py``).
   lowercased org domain, required scope) and ``agents.change_seq``,
   backfilled from the stored JSON once;
 - v3 -> v4: ``tombstones.change_seq`` (so a retired id with no agent row is in
-  the change feed) and ``audit_outbox.node`` (the owner of a queued record).
+  the change feed) and ``audit_outbox.node`` (the owner of a queued record);
+- v5 -> v6: ``agents.result_fields``, the stored form of an agent's DISCOVER
+  result fields (``ans.result_fields.stored_fields``); NULL in the rows
+  written before, whose fields are derived on read until they are written
+  again (nothing is backfilled: at 1M agents that would hold the start-up).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import orjson
 
 from .store_records import gate_columns
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 Transaction = Callable[[], AbstractContextManager[None]]
 MCP_AGENTS_TABLE = """CREATE TABLE IF NOT EXISTS mcp_agents (
        agent_id         TEXT PRIMARY KEY,
@@ -38,7 +42,7 @@ def prepare(db: sqlite3.Connection, transaction: Transaction) -> None:
     """Create or migrate the schema on ``db`` (autocommit); ``transaction``
     opens a write transaction on it. RuntimeError for a newer schema."""
     version = db.execute("PRAGMA user_version").fetchone()[0]
-    if version not in (0, 1, 2, 3, 4, SCHEMA_VERSION):
+    if version not in (0, 1, 2, 3, 4, 5, SCHEMA_VERSION):
         raise RuntimeError(f"registry schema version {version} is newer than this ANS")
     db.execute(
         """CREATE TABLE IF NOT EXISTS agents (
@@ -54,7 +58,8 @@ def prepare(db: sqlite3.Connection, transaction: Transaction) -> None:
                governance_zone TEXT,
                org_domain      TEXT,
                required_scope  TEXT,
-               change_seq      INTEGER)"""
+               change_seq      INTEGER,
+               result_fields   BLOB)"""
     )
     db.execute(
         """CREATE TABLE IF NOT EXISTS lifecycle_events (
@@ -96,6 +101,8 @@ def prepare(db: sqlite3.Connection, transaction: Transaction) -> None:
         _migrate_to_v3(db, transaction)
     if version in (1, 2, 3):
         _migrate_to_v4(db, transaction)
+    if version in (1, 2, 3, 4, 5):
+        _migrate_to_v6(db, transaction)
     db.execute("CREATE INDEX IF NOT EXISTS tombstones_by_change_seq ON tombstones (change_seq)")
     db.execute("CREATE INDEX IF NOT EXISTS audit_outbox_by_node ON audit_outbox (node, id)")
     db.execute("CREATE INDEX IF NOT EXISTS agents_by_change_seq ON agents (change_seq)")
@@ -155,4 +162,14 @@ def _migrate_to_v4(db: sqlite3.Connection, transaction: Transaction) -> None:
             have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
             if column not in have:
                 db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+        db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+
+def _migrate_to_v6(db: sqlite3.Connection, transaction: Transaction) -> None:
+    """v5 -> v6: ``agents.result_fields`` (NULL until a row is written again;
+    an ALTER that adds a nullable column rewrites no row)."""
+    with transaction():
+        have = {row[1] for row in db.execute("PRAGMA table_info(agents)")}
+        if "result_fields" not in have:
+            db.execute("ALTER TABLE agents ADD COLUMN result_fields BLOB")
         db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")

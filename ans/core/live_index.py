@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from ..config import RankingWeights
 from ..matcher import CapabilityMatcher
 from ..registry import AgentEntry, Registry
-from ..result_fields import result_fields
+from ..result_fields import read_stored_fields, result_fields
 from ..store import RegistryStore
 
 # Result fields of recently returned agents (manifest -> item fields), so a
@@ -128,6 +128,23 @@ class LiveIndex:
         self._fields.pop(canonical_id, None)
         self._fields_gen += 1
 
+    def _stored_fields(self, canonical_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The fields as stored with each row (one small document an agent);
+        derived from the manifest and capability document for the rows that
+        predate that column or hold another format."""
+        out: dict[str, dict[str, Any]] = {}
+        derive = []
+        for cid, blob in self.store.stored_result_fields(canonical_ids).items():
+            fields = read_stored_fields(blob)
+            if fields is None:
+                derive.append(cid)
+            else:
+                out[cid] = fields
+        if derive:
+            for cid, a in self.store.get_many(derive).items():
+                out[cid] = result_fields(a.manifest, a.capabilities, a.updated_at)
+        return out
+
     def result_fields(self, canonical_ids: list[str]) -> dict[str, dict[str, Any]]:
         """Result item fields of these agents, from the cache or the store
         (an agent no longer stored is left out)."""
@@ -143,11 +160,7 @@ class LiveIndex:
                     self._fields.move_to_end(cid)
                     out[cid] = hit
         if missing:
-            stored = self.store.get_many(missing)
-            fresh = {
-                cid: result_fields(a.manifest, a.capabilities, a.updated_at)
-                for cid, a in stored.items()
-            }
+            fresh = self._stored_fields(missing)
             out.update(fresh)
             with self.lock:
                 if gen == self._fields_gen:  # nothing re-indexed while we read

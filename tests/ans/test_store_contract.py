@@ -19,6 +19,7 @@ import pytest
 from ans.protocol.errors import Conflict, ErrorCode, Gone, StorageUnavailable
 
 from ans.config import ConfigError
+from ans.result_fields import read_stored_fields, result_fields
 from ans.store import SQLiteStore
 from ans.store_open import open_store
 from ans.store_pg_schema import MIGRATIONS
@@ -173,6 +174,27 @@ def test_upsert_round_trips_the_documents_exactly(store: RegistryStore) -> None:
     assert got.manifest["job_description"] == "new"
     assert got.registered_at == a.registered_at and got.updated_at == "2030"
     assert store.count() == 1
+
+
+def test_result_fields_are_stored_with_every_version(store: RegistryStore) -> None:
+    from tools.synth import generate
+
+    manifest, caps = next(generate(1, 7))
+    cid = manifest["canonical_id"]
+    stored = StoredAgent(cid, manifest, caps, "Active", "kid-1", "2026-11-21T12:00:00Z",
+                         "2026-11-21T12:00:00Z")
+    store.upsert_many([stored, agent("partial")])
+    blobs = store.stored_result_fields([cid, "partial", "absent"])
+    assert set(blobs) == {cid, "partial"}  # an absent id is left out
+    assert blobs["partial"] is None  # not derivable from those documents: derived on read
+    first = read_stored_fields(blobs[cid])
+    assert first == result_fields(manifest, caps, "2026-11-21T12:00:00Z")
+    # A lifecycle change moves updated_at, which the fields carry: stored again.
+    store.apply_lifecycle(event(cid, "SUSPEND", "Active", "Suspended"), "2026-11-22T08:00:00Z",
+                          None)
+    again = read_stored_fields(store.stored_result_fields([cid])[cid])
+    assert again == result_fields(manifest, caps, "2026-11-22T08:00:00Z") != first
+    assert again is not None and again["freshness"]["indexed_at"] == "2026-11-22T08:00:00Z"
 
 
 def test_upsert_many_takes_one_seq_per_agent_in_order(store: RegistryStore) -> None:
@@ -534,6 +556,23 @@ def test_sqlite_v3_file_is_migrated_to_v4(tmp_path: Path) -> None:
     assert store.withdrawn() == {"old": "Revoked"}
     assert store.changes_since(0) == []  # before the feed existed: a follower loads it whole
     assert store.audit_outbox() == [(1, {"event": "queued"})]  # node '' owns the old rows
+    store.close()
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SQLITE_SCHEMA
+
+
+def test_sqlite_v5_file_gains_the_result_fields_column_empty(tmp_path: Path) -> None:
+    path = tmp_path / "v5.sqlite3"
+    store = SQLiteStore(path)
+    store.upsert(agent("old"))
+    store.close()
+    db = sqlite3.connect(path)  # as a v5 file was: no result_fields column
+    db.execute("ALTER TABLE agents DROP COLUMN result_fields")
+    db.execute("PRAGMA user_version = 5")
+    db.commit()
+    db.close()
+    store = SQLiteStore(path)
+    assert store.stored_result_fields(["old"]) == {"old": None}
+    assert store.get("old") == agent("old")
     store.close()
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SQLITE_SCHEMA
 
