@@ -31,7 +31,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -75,6 +75,18 @@ def decode(row: bytes, shape: tuple[int, int]) -> FacetSums:
     scale = np.frombuffer(row, dtype="<f4", count=shape[0])
     codes = np.frombuffer(row, dtype="<i2", offset=4 * shape[0]).reshape(shape)
     return (codes.astype(np.float32) * (scale / LEVELS)[:, None]).astype(np.float32)
+
+
+def decode_rows(rows: Sequence[bytes], shape: tuple[int, int]) -> npt.NDArray[np.float32]:
+    """:func:`decode` of several rows at once, bit for bit: (len(rows), *shape).
+    One conversion for a query's 64 candidates instead of 64 small ones (the
+    per-call overhead was ~8 us a row)."""
+    nf, dim = shape
+    raw = np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(len(rows), nf * (4 + 2 * dim))
+    scale = raw[:, : 4 * nf].view("<f4")
+    out = raw[:, 4 * nf :].view("<i2").reshape(len(rows), nf, dim).astype(np.float32)
+    out *= (scale / LEVELS)[:, :, None]
+    return out
 
 
 def _busy(exc: sqlite3.OperationalError) -> bool:
@@ -199,6 +211,8 @@ class FacetFile:
         out: dict[str, FacetSums] = {}
         digests = sorted({d for d in wanted.values() if d})  # in key order: fewer page reads
         found: dict[int, FacetSums] = {}
+        keys: list[int] = []
+        blobs: list[bytes] = []
         with self._using("read") as db:
             for a in range(0, len(digests) if db is not None else 0, CHUNK):
                 part = digests[a : a + CHUNK]
@@ -209,7 +223,10 @@ class FacetFile:
                 ).fetchall()
                 for digest, blob in rows:
                     if len(blob) == self._row_bytes:
-                        found[digest] = decode(blob, self._shape)
+                        keys.append(digest)
+                        blobs.append(blob)
+        if blobs:  # views of one array: a caller that keeps a row copies it
+            found = dict(zip(keys, decode_rows(blobs, self._shape), strict=True))
         for cid, digest in wanted.items():
             if digest in found:
                 out[cid] = found[digest]

@@ -89,7 +89,7 @@ class FacetCache:
             for i, cid, _ in need:
                 if cid in found:
                     sums[i] = found[cid]
-                    self._keep(table, cid, found[cid], FULL)
+                    self._keep(table, cid, found[cid].copy(), FULL)  # not the whole batch
             need = [x for x in need if x[1] not in found]
             if need:
                 embedded = self._embed([c for _, c, _ in need], FULL, profiles_of, embed_profiles)

@@ -15,7 +15,7 @@ import pytest
 
 from ans.index import snapshot
 from ans.index.embedder import embedder_fingerprint
-from ans.index.facet_file import FacetFile, decode, encode
+from ans.index.facet_file import FacetFile, decode, decode_rows, encode
 from ans.index.profiles import FACETS, CapabilityProfile, profile_digest
 from ans.matcher import CapabilityIndex, profile_from
 
@@ -94,6 +94,18 @@ def test_rows_round_trip_within_the_int16_bound_and_only_for_their_digest(tmp_pa
     f.forget([11])
     assert sorted(f.get({"a": 11, "b": 22})) == ["b"]
     np.testing.assert_array_equal(decode(encode(got["b"]), got["b"].shape), got["b"])
+
+
+def test_rows_decoded_together_are_each_row_decoded_alone_bit_for_bit() -> None:
+    rng = np.random.default_rng(3)
+    rows = [encode(rng.normal(size=(len(FACETS), DIM)).astype(np.float32) * 10.0 ** k)
+            for k in range(-3, 4)]
+    rows.append(encode(np.zeros((len(FACETS), DIM), dtype=np.float32)))  # scale 0
+    together = decode_rows(rows, (len(FACETS), DIM))
+    assert together.shape == (len(rows), len(FACETS), DIM) and together.dtype == np.float32
+    for row, got in zip(rows, together, strict=True):
+        alone = decode(row, (len(FACETS), DIM))
+        assert got.tobytes() == alone.tobytes()
 
 
 def test_another_embedder_empties_the_file(tmp_path: Path) -> None:
