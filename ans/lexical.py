@@ -23,9 +23,13 @@ from .text import words
 
 K1 = 1.2
 B = 0.75
-# Postings whose BM25 contributions are kept between queries (12 bytes each):
-# the words queried most, until a write changes the collection statistics.
-IMPACT_CACHE = 1 << 21
+# Postings whose BM25 contributions are kept between queries (8 bytes each, 12
+# where a facet mask dropped some): the words queried most, until a write
+# changes the collection statistics. 8M postings: the 2,000 varied intents of
+# bench/load.py at 100k agents touch ~5.9M (~52 MB held), and at 2M postings
+# (16 MB) every intent recomputed ~2 of its words: -6 to -9% of a DISCOVER's
+# CPU in process for ~35 MB more per worker (docs/query-profile.md, ninth round).
+IMPACT_CACHE = 1 << 23
 # Facet masks whose per-slot lengths are kept (4 bytes a slot each).
 MASKED_LENGTHS = 4
 
