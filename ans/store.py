@@ -294,37 +294,29 @@ class SQLiteStore:
             ).fetchone()
         return self._row(row) if row else None
 
-    def get_many(self, canonical_ids: Iterable[str]) -> dict[str, StoredAgent]:
-        """The stored agents among ``canonical_ids`` (absent ones are left out)."""
-        ids = list(dict.fromkeys(canonical_ids))
-        out: dict[str, StoredAgent] = {}
+    def _by_ids(self, columns: str, ids: Sequence[str]) -> list[tuple[Any, ...]]:
+        """``columns`` (canonical_id first) of the stored agents among ``ids``,
+        on the reader connection, 500 ids a query."""
+        rows: list[tuple[Any, ...]] = []
         for i in range(0, len(ids), 500):
             chunk = ids[i : i + 500]
             marks = ",".join("?" * len(chunk))
             with self._reading(self._rlock):
-                rows = self._reader.execute(
-                    f"SELECT {_AGENT_COLUMNS} FROM agents WHERE canonical_id IN ({marks})",  # noqa: S608
+                rows += self._reader.execute(
+                    f"SELECT {columns} FROM agents WHERE canonical_id IN ({marks})",  # noqa: S608
                     chunk,
                 ).fetchall()
-            for row in rows:
-                out[row[0]] = self._row(row)
-        return out
+        return rows
+
+    def get_many(self, canonical_ids: Iterable[str]) -> dict[str, StoredAgent]:
+        """The stored agents among ``canonical_ids`` (absent ones are left out)."""
+        ids = list(dict.fromkeys(canonical_ids))
+        return {row[0]: self._row(row) for row in self._by_ids(_AGENT_COLUMNS, ids)}
 
     def stored_result_fields(self, canonical_ids: Sequence[str]) -> dict[str, bytes | None]:
         """The ``result_fields`` column of the stored agents among
         ``canonical_ids`` (None where a row predates it); absent ones are left out."""
-        out: dict[str, bytes | None] = {}
-        for i in range(0, len(canonical_ids), 500):
-            chunk = canonical_ids[i : i + 500]
-            marks = ",".join("?" * len(chunk))
-            with self._reading(self._rlock):
-                rows = self._reader.execute(
-                    f"SELECT canonical_id, result_fields FROM agents "  # noqa: S608
-                    f"WHERE canonical_id IN ({marks})",
-                    chunk,
-                ).fetchall()
-            out.update(rows)
-        return out
+        return dict(self._by_ids("canonical_id, result_fields", canonical_ids))
 
     def _scan(self, sql: str, params: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
         """Stream a query on the reader connection in chunks (never all rows at once)."""

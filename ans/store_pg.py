@@ -394,31 +394,27 @@ class PostgresStore:
         )
         return self._agent(row) if row else None
 
-    def get_many(self, canonical_ids: Iterable[str]) -> dict[str, StoredAgent]:
-        """The stored agents among ``canonical_ids`` (absent ones are left out)."""
-        ids = list(dict.fromkeys(canonical_ids))
+    def _by_ids(self, columns: str, ids: list[str]) -> list[tuple[Any, ...]]:
+        """``columns`` (canonical_id first) of the stored agents among ``ids``."""
         if not ids:
-            return {}
-        rows = self._read(
+            return []
+        rows: list[tuple[Any, ...]] = self._read(
             lambda conn: conn.execute(
-                f"SELECT {_AGENT_COLUMNS} FROM agents WHERE canonical_id = ANY(%s)",  # noqa: S608
+                f"SELECT {columns} FROM agents WHERE canonical_id = ANY(%s)",  # noqa: S608
                 (ids,),
             ).fetchall()
         )
-        return {row[0]: self._agent(row) for row in rows}
+        return rows
+
+    def get_many(self, canonical_ids: Iterable[str]) -> dict[str, StoredAgent]:
+        """The stored agents among ``canonical_ids`` (absent ones are left out)."""
+        ids = list(dict.fromkeys(canonical_ids))
+        return {row[0]: self._agent(row) for row in self._by_ids(_AGENT_COLUMNS, ids)}
 
     def stored_result_fields(self, canonical_ids: Sequence[str]) -> dict[str, bytes | None]:
         """The ``result_fields`` column of the stored agents among
         ``canonical_ids`` (None where a row predates it); absent ones are left out."""
-        if not canonical_ids:
-            return {}
-        ids = list(canonical_ids)
-        rows = self._read(
-            lambda conn: conn.execute(
-                "SELECT canonical_id, result_fields FROM agents WHERE canonical_id = ANY(%s)",
-                (ids,),
-            ).fetchall()
-        )
+        rows = self._by_ids("canonical_id, result_fields", list(canonical_ids))
         return {cid: (bytes(blob) if blob is not None else None) for cid, blob in rows}
 
     def iter_active(self) -> Iterator[StoredAgent]:
