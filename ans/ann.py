@@ -22,6 +22,8 @@ import faiss
 import numpy as np
 import numpy.typing as npt
 
+from .index.select import top_k
+
 Vectors = npt.NDArray[np.float32]
 Ids = npt.NDArray[np.int64]
 
@@ -109,12 +111,13 @@ class AnnIndex:
         # Every probed code, then the best k of each query by argpartition: for
         # k in the hundreds FAISS's result heap costs more than the scan (158 vs
         # 117 us per query text at 100k agents, k 512). The same set as search()
-        # but for ties at the k-th score.
+        # but for ties at the k-th score (top_k: a sampled threshold, then
+        # argpartition of what passes it).
         lims, dist, found = self._index.range_search(q, EVERY_SCORE)
         out: list[Ids] = []
         for i in range(len(q)):
             d, got = dist[lims[i] : lims[i + 1]], found[lims[i] : lims[i + 1]]
-            out.append(got if len(got) <= k else got[np.argpartition(-d, k - 1)[:k]])
+            out.append(got if len(got) <= k else got[top_k(d, k)])
         return np.concatenate(out).astype(np.int64, copy=False)
 
     def save(self, path: Path) -> None:

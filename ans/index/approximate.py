@@ -24,6 +24,7 @@ import numpy.typing as npt
 from ..ann import AnnIndex, AnnSettings
 from .embedder import Vectors
 from .scoring import LexicalHits, TagPasses
+from .select import top_k
 from .slots import Slots, SlotTable
 
 
@@ -106,7 +107,7 @@ class AnnMode:
             else:  # exact mode, capability_domains query: exact top-k by flat scan
                 sims = table.cap.scan(qv, n)
                 for col in sims.T:
-                    parts.append(np.argpartition(-col, min(k, n - 1))[:k])
+                    parts.append(top_k(col, k))
         for bm25 in lex:
             parts.append(top_touched(bm25.at, bm25.touched, k))
         for tag_dense, tag_list in tag_passes:
@@ -138,12 +139,11 @@ def top_touched(
     if not len(touched):
         return np.zeros(0, dtype=np.int64)
     if len(touched) > 2 * k:
-        touched = touched[np.argpartition(-score_at(touched), 2 * k - 1)[: 2 * k]]
+        touched = touched[top_k(score_at(touched), 2 * k)]
     uniq: Slots = sorted_unique(touched).astype(np.int64)
     if len(uniq) <= k:
         return uniq
-    top = np.argpartition(-score_at(uniq), k - 1)[:k]
-    out: Slots = uniq[top]
+    out: Slots = uniq[top_k(score_at(uniq), k)]
     return out
 
 

@@ -23,6 +23,7 @@ from .embedder import Vectors, normalize_rows
 from .facet_file import FacetFile, stored_precision
 from .profiles import FACET_INDEX, FACETS, CapabilityProfile, ProfileVectors, profile_digest
 from .scoring import LexicalHits, TagPasses, fuse, weight_sums
+from .select import top_k
 from .slots import Slots, SlotTable
 
 # Per-agent facet sums kept in memory (7 KB each) for capability_domains
@@ -173,6 +174,6 @@ def narrow(
         not np.any(q0),
         weight_sums(has_tags),
     ).fused
-    keep = np.argpartition(-prelim, RESTRICTED_RERANK - 1)[:RESTRICTED_RERANK]
+    keep = top_k(prelim, RESTRICTED_RERANK)
     out: Slots = np.sort(cand[keep])
     return out
