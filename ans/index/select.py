@@ -61,8 +61,8 @@ def _first_k_best(
     if np.count_nonzero(at_least) == k:  # no tie crosses the k-th place
         kept: npt.NDArray[np.intp] = positions[at_least]
         return kept
-    above = values > kth
-    short = k - int(np.count_nonzero(above))
-    keep = above | ((values == kth) & (np.cumsum(values == kth) <= short))
+    keep = values > kth
+    short = k - int(np.count_nonzero(keep))
+    keep[np.flatnonzero(values == kth)[:short]] = True  # the earliest of the tied
     out: npt.NDArray[np.intp] = positions[keep]
     return out
