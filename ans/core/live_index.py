@@ -3,8 +3,8 @@
 :class:`LiveIndex` owns the compact registry (:mod:`ans.registry`, gate
 columns only), the capability matcher's contents, the availability marks
 (discovery draft 6.2), the withdrawn ids (Suspended, Revoked, Deprecated:
-never served, not even from a peer), a small LRU of result fields read from
-the store, and the two locks:
+never served, not even from a peer), a cache of result fields read from the
+store (:mod:`.fields_cache`), and the two locks:
 
 * ``lock`` (re-entrant) guards the registry, the marks and the matcher;
 * ``write_lock`` serialises the writers (ACTIVATE, bulk import, lifecycle
@@ -22,19 +22,17 @@ It does no verification and writes nothing to the store.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
+
+import orjson
 
 from ..config import RankingWeights
 from ..matcher import CapabilityMatcher
 from ..registry import AgentEntry, Registry
-from ..result_fields import read_stored_fields, result_fields
+from ..result_fields import FIELDS_FORMAT, read_stored_fields, result_fields
 from ..store import RegistryStore
-
-# Result fields of recently returned agents (manifest -> item fields), so a
-# hot DISCOVER does not read the store; invalidated on every re-index.
-FIELDS_CACHE = 4096
+from .fields_cache import FieldsCache
 
 
 class FeedFollower(Protocol):
@@ -64,8 +62,7 @@ class LiveIndex:
         self.lock = threading.RLock()
         self.write_lock: AbstractContextManager[Any] = threading.Lock()
         self.follower: FeedFollower | None = None
-        self._fields: OrderedDict[str, dict[str, Any]] = OrderedDict()
-        self._fields_gen = 0
+        self.fields_cache = FieldsCache()
 
     def __len__(self) -> int:
         return len(self.registry)
@@ -125,46 +122,49 @@ class LiveIndex:
 
     # -- result fields ------------------------------------------------------------------
     def forget_fields(self, canonical_id: str) -> None:
-        self._fields.pop(canonical_id, None)
-        self._fields_gen += 1
+        self.fields_cache.forget(canonical_id)
 
-    def _stored_fields(self, canonical_ids: list[str]) -> dict[str, dict[str, Any]]:
-        """The fields as stored with each row (one small document an agent);
-        derived from the manifest and capability document for the rows that
-        predate that column or hold another format."""
-        out: dict[str, dict[str, Any]] = {}
+    def _stored_fields(self, canonical_ids: list[str]) -> dict[str, tuple[bytes, dict[str, Any]]]:
+        """The fields as stored with each row (one small document an agent),
+        with that document; derived from the manifest and capability document
+        for the rows that predate that column or hold another format (their
+        document is then the derived fields' stored form)."""
+        out: dict[str, tuple[bytes, dict[str, Any]]] = {}
         derive = []
         for cid, blob in self.store.stored_result_fields(canonical_ids).items():
             fields = read_stored_fields(blob)
-            if fields is None:
+            if fields is None or blob is None:
                 derive.append(cid)
             else:
-                out[cid] = fields
+                out[cid] = (blob, fields)
         if derive:
             for cid, a in self.store.get_many(derive).items():
-                out[cid] = result_fields(a.manifest, a.capabilities, a.updated_at)
+                fields = result_fields(a.manifest, a.capabilities, a.updated_at)
+                out[cid] = (orjson.dumps([FIELDS_FORMAT, fields]), fields)
         return out
 
     def result_fields(self, canonical_ids: list[str]) -> dict[str, dict[str, Any]]:
         """Result item fields of these agents, from the cache or the store
         (an agent no longer stored is left out)."""
-        out: dict[str, dict[str, Any]] = {}
-        missing = []
+        cache = self.fields_cache
         with self.lock:
-            gen = self._fields_gen
-            for cid in canonical_ids:
-                hit = self._fields.get(cid)
-                if hit is None:
-                    missing.append(cid)
-                else:
-                    self._fields.move_to_end(cid)
-                    out[cid] = hit
+            gen = cache.generation
+            out, held, missing = cache.lookup(canonical_ids)
+        if not held and not missing:
+            return out
+        decoded: dict[str, dict[str, Any]] = {}
+        for cid, blob in held:
+            fields = read_stored_fields(blob)  # only current-format documents are kept
+            if fields is None:
+                missing.append(cid)
+            else:
+                decoded[cid] = fields
+        read: dict[str, bytes] = {}
         if missing:
-            fresh = self._stored_fields(missing)
-            out.update(fresh)
-            with self.lock:
-                if gen == self._fields_gen:  # nothing re-indexed while we read
-                    self._fields.update(fresh)
-                    while len(self._fields) > FIELDS_CACHE:
-                        self._fields.popitem(last=False)
+            for cid, (blob, fields) in self._stored_fields(missing).items():
+                decoded[cid] = fields
+                read[cid] = blob
+        out.update(decoded)
+        with self.lock:
+            cache.keep(decoded, read, gen)
         return out

@@ -1,0 +1,93 @@
+"""The result fields of recently returned agents, kept in two tiers so that a
+DISCOVER seldom reads the store for them.
+
+* **Decoded** (``dict_entries``): the fields as the item builder reads them,
+  for the agents returned most recently; a hit costs a dict lookup.
+* **Stored bytes** (``blob_bytes``): the row's ``result_fields`` document
+  (``[FIELDS_FORMAT, fields]``, ~0.9 KB) for many more agents; a hit costs
+  one ``orjson.loads`` (~3 us) instead of a store read (~10-20 us an agent at
+  100k agents: the row's page is seldom in SQLite's cache).
+
+At the same memory the bytes hold ~4x more agents than decoded dicts (a
+decoded entry's dicts and lists take ~3.5 KB). The load benchmark's 2,000
+queries return 15,628 distinct agents at 100k agents (13.7 MB of documents):
+the 4,096 decoded entries this replaced held a quarter of them, and a
+DISCOVER's result fields cost ~245 us (store reads); from the bytes tier,
+~75 us (lookup, ~2.5 us a decode, the decoded tier's upkeep).
+
+Not thread-safe: the live index calls it under its lock, and decodes and
+reads the store outside it. Every re-index of an agent drops both of its
+entries (:meth:`forget`) and bumps ``generation``, so that a read that raced
+a write is served but not kept.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+DICT_ENTRIES = 1024
+BLOB_BYTES = 16 << 20
+
+
+class FieldsCache:
+    def __init__(self, dict_entries: int = DICT_ENTRIES, blob_bytes: int = BLOB_BYTES) -> None:
+        self.dict_entries = dict_entries
+        self.blob_bytes = blob_bytes
+        self._dicts: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._blobs: OrderedDict[str, bytes] = OrderedDict()
+        self._held = 0  # bytes in _blobs
+        self.generation = 0
+
+    def forget(self, canonical_id: str) -> None:
+        self._dicts.pop(canonical_id, None)
+        blob = self._blobs.pop(canonical_id, None)
+        if blob is not None:
+            self._held -= len(blob)
+        self.generation += 1
+
+    def lookup(
+        self, canonical_ids: list[str]
+    ) -> tuple[dict[str, dict[str, Any]], list[tuple[str, bytes]], list[str]]:
+        """(decoded hits, stored-bytes hits to decode, misses)."""
+        found: dict[str, dict[str, Any]] = {}
+        blobs: list[tuple[str, bytes]] = []
+        missing: list[str] = []
+        dicts, stored = self._dicts, self._blobs
+        for cid in canonical_ids:
+            hit = dicts.get(cid)
+            if hit is not None:
+                dicts.move_to_end(cid)
+                found[cid] = hit
+                continue
+            blob = stored.get(cid)
+            if blob is not None:
+                stored.move_to_end(cid)
+                blobs.append((cid, blob))
+            else:
+                missing.append(cid)
+        return found, blobs, missing
+
+    def keep(
+        self, decoded: dict[str, dict[str, Any]], blobs: dict[str, bytes], generation: int
+    ) -> None:
+        """Keep what a lookup's caller decoded and read, unless an agent was
+        re-indexed since the lookup (``generation`` moved)."""
+        if generation != self.generation:
+            return
+        dicts, stored = self._dicts, self._blobs
+        dicts.update(decoded)
+        while len(dicts) > self.dict_entries:
+            dicts.popitem(last=False)
+        for cid, blob in blobs.items():
+            old = stored.get(cid)
+            if old is not None:
+                self._held -= len(old)
+            stored[cid] = blob
+            self._held += len(blob)
+        while self._held > self.blob_bytes and stored:
+            _, old = stored.popitem(last=False)
+            self._held -= len(old)
+
+    def __len__(self) -> int:
+        return len(self._blobs.keys() | self._dicts.keys())
