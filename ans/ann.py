@@ -108,11 +108,11 @@ class AnnIndex:
             _, ids = self._index.search(q, k)
             flat: Ids = ids.ravel()
             return flat[flat >= 0]
-        # Every probed code, then the best k of each query by argpartition: for
-        # k in the hundreds FAISS's result heap costs more than the scan (158 vs
-        # 117 us per query text at 100k agents, k 512). The same set as search()
-        # but for ties at the k-th score (top_k: a sampled threshold, then
-        # argpartition of what passes it).
+        # Every probed code, then the best k of each query by top_k (a sampled
+        # threshold, then a partition of what passes it): for k in the hundreds
+        # FAISS's result heap costs more than the scan (158 vs 117 us per query
+        # text at 100k agents, k 512). The same set as search() but for ties at
+        # the k-th score (top_k keeps the earliest of them).
         lims, dist, found = self._index.range_search(q, EVERY_SCORE)
         out: list[Ids] = []
         for i in range(len(q)):
