@@ -106,9 +106,15 @@ def has_import_command() -> bool:
 # -- processes -------------------------------------------------------------------------
 
 
+# bench/h2client.py's connection engine (``--engine``): "raw" (bench/h2raw.py, its own
+# frames: ~45 us of client CPU a request) or "h2" (the h2 library: ~200-250 us)
+CLIENT_ENGINE = "raw"
+
+
 def run_client(url: str, params: Path, **opts: Any) -> dict[str, Any]:
     """Run bench/h2client.py in its own process; return its JSON."""
     cmd = [PY, str(BENCH / "h2client.py"), "--url", url, "--params", str(params)]
+    opts.setdefault("engine", CLIENT_ENGINE)
     for k, v in opts.items():
         if v is None or v is False:
             continue
@@ -683,7 +689,12 @@ def main(argv: list[str] | None = None) -> int:
                     "workers > 1 use enough for the kernel to spread them (e.g. 16)")
     ap.add_argument("--no-h2load", dest="h2load", action="store_false",
                     help="skip the h2load cross-check even if h2load is on PATH")
+    ap.add_argument("--engine", choices=["raw", "h2"], default="raw",
+                    help="the load client's HTTP/2 connections: raw (bench/h2raw.py, default) "
+                    "or h2 (the h2 library; ~5x the client's CPU a request)")
     args = ap.parse_args(argv)
+    global CLIENT_ENGINE
+    CLIENT_ENGINE = args.engine
     q = args.quick
     args.agents = args.agents or "10000"
     sizes = [int(x) for x in args.agents.split(",") if x.strip()]
@@ -705,7 +716,7 @@ def main(argv: list[str] | None = None) -> int:
                      "warmup_s": args.warmup, "seed": args.seed,
                      "activate_agents": args.activate_agents,
                      "visibility_agents": VISIBILITY_AGENTS, "catalog_source": source,
-                     "client": "bench/h2client.py (asyncio + h2, h2c, "
+                     "client": f"bench/h2client.py --engine {args.engine} (h2c, "
                                f"{args.connections or 'min(c,4)'} connections)",
                      "workers": args.workers,
                      "server_config": SERVER_CONFIG.strip()},

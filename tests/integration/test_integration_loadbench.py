@@ -1,6 +1,7 @@
-"""The load client (bench/h2client.py) in its own process against a real
-server: it reports 200s and sane percentiles, the answers it samples carry
-verifiable signatures, and it survives hypercorn ending connections after
+"""The load client (bench/h2client.py, both connection engines: bench/h2raw.py's
+frames and the h2 library's) in its own process against a real server: it
+reports 200s and sane percentiles, the answers it samples carry verifiable
+signatures, and it survives hypercorn ending connections after
 ``keep_alive_max_requests`` (GOAWAY -> reconnect, the request is retried)."""
 
 from __future__ import annotations
@@ -25,7 +26,11 @@ QUERIES = [
 ]
 
 
-def test_h2client_reports_200s_and_survives_connection_recycling(server_factory, tmp_path):
+ENGINES = pytest.mark.parametrize("engine", ["raw", "h2"])
+
+
+@ENGINES
+def test_h2client_reports_200s_and_survives_connection_recycling(server_factory, tmp_path, engine):
     cfg = tmp_path / "ans.toml"
     # Small keep_alive_max_requests: hypercorn sends GOAWAY every 25 requests.
     cfg.write_text("[rate_limit]\nenabled = false\n[server]\nkeep_alive_max_requests = 25\n")
@@ -36,12 +41,12 @@ def test_h2client_reports_200s_and_survives_connection_recycling(server_factory,
     proc = subprocess.run(
         [sys.executable, str(CLIENT), "--url", srv.url, "--params", str(params),
          "--concurrency", "4", "--connections", "2", "--warmup", "0.2", "--duration", "1.0",
-         "--sample", "3", "--sample-out", str(samples)],
+         "--sample", "3", "--sample-out", str(samples), "--engine", engine],
         capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert report["n"] > 25
+    assert report["n"] > 25 and report["engine"] == engine
     assert report["statuses"] == {"200": report["n"]}
     assert report["non_200"] == {} and report["errors"] == {}
     assert 0 < report["p50_ms"] <= report["p90_ms"] <= report["p99_ms"] <= report["max_ms"]
@@ -59,7 +64,8 @@ def test_h2client_reports_200s_and_survives_connection_recycling(server_factory,
         verify_document(body["result"], keys, "ans_signature")
 
 
-def test_h2client_counts_refusals_and_fails(server_factory, tmp_path):
+@ENGINES
+def test_h2client_counts_refusals_and_fails(server_factory, tmp_path, engine):
     """A refused request (here 422: limit out of range) is counted by status and the
     client exits non-zero: the benchmark can never report an error as speed."""
     cfg = tmp_path / "ans.toml"
@@ -69,7 +75,8 @@ def test_h2client_counts_refusals_and_fails(server_factory, tmp_path):
     params.write_text(json.dumps({"intent": "x", "limit": 100000}) + "\n")
     proc = subprocess.run(
         [sys.executable, str(CLIENT), "--url", srv.url, "--params", str(params),
-         "--concurrency", "1", "--warmup", "0", "--duration", "0.3", "--post"],
+         "--concurrency", "1", "--warmup", "0", "--duration", "0.3", "--post",
+         "--engine", engine],
         capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 1
