@@ -44,6 +44,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import os
 import random
 import sys
 import time
@@ -432,11 +433,13 @@ async def run_closed_loop(args: argparse.Namespace, lines: list[bytes]) -> dict[
     # This process's CPU over the timed period: on a small machine the client
     # shares the cores with the server, and its share bounds what the server gets.
     cpu_marks: list[float] = []
+    sys_marks: list[float] = []
 
     async def mark_cpu() -> None:
         for at in (rec.start_ns, rec.end_ns):
             await asyncio.sleep(max(0.0, (at - time.perf_counter_ns()) / 1e9))
             cpu_marks.append(time.process_time())
+            sys_marks.append(os.times().system)
 
     t_begin = time.perf_counter_ns()
     extra = [] if once else [mark_cpu()]
@@ -460,6 +463,8 @@ async def run_closed_loop(args: argparse.Namespace, lines: list[bytes]) -> dict[
         "rps": round(n / elapsed, 1) if elapsed > 0 else None,
         **percentiles(rec.latencies),
         **client_cpu(cpu_marks, n, elapsed),
+        **({"client_sys_us_per_request": round((sys_marks[1] - sys_marks[0]) * 1e6 / n, 1)}
+           if len(sys_marks) == 2 and n else {}),
         "statuses": {str(k): v for k, v in sorted(rec.statuses.items())},
         "non_200": {str(k): v for k, v in sorted(rec.statuses.items()) if k != 200},
         "errors": dict(rec.errors),
