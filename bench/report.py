@@ -98,6 +98,19 @@ def carried_note(results: dict[str, Any]) -> list[str]:
     ]
 
 
+def engine_note(client: str) -> str:
+    """What the client's connection engine means for the ratios (bench/h2client.py)."""
+    if "--engine raw" in client:
+        return (
+            " The client writes its own HTTP/2 frames (bench/h2raw.py, ~35-50 µs of CPU a "
+            "request against the floor, ~165 µs against ANS at c=16, half of it system "
+            "time); runs before 2026-11-27 07:19 UTC used the `h2` library's engine "
+            "(~200-340 µs a request), which held the floor to what the client left of "
+            "the 2 cores, so their ratios are higher and their 1 -> 2 workers figure lower."
+        )
+    return ""
+
+
 def params_note(results: dict[str, Any]) -> str:
     """What the load's DISCOVER parameters were (bench/load.py ``params``)."""
     for size in results["sizes"].values():
@@ -158,7 +171,8 @@ def markdown(results: dict[str, Any], plot_name: str) -> str:
         f"- Load: {st['client']}, its own process; closed loop at fixed concurrency "
         f"{', '.join(map(str, st['levels']))}; {st['warmup_s']} s warm-up, then "
         f"{st['duration_s']} s timed; each request's parameters drawn at random from "
-        f"{params_note(results)}. Every completion in the timed period is recorded.",
+        f"{params_note(results)}. Every completion in the timed period is recorded."
+        + engine_note(st["client"]),
         "- Floor: `bench/floor_app.py`, same hypercorn config, reads the request body, "
         "answers with the ANS answer captured at the start of the run (same size, same "
         "headers). Ours and floor alternate per level.",
