@@ -12,10 +12,14 @@ Runs, one after another, each as a subprocess with ``OPENBLAS_NUM_THREADS=1``:
     ``--workers``, default the number of cores; the floor runs with as many
     processes): ratio ours/floor at c=16 per size, c=1 p50/p99, cold start, peak
     RSS and the RSS/PSS of the process tree -> ``bench/results/load.json``.
-``workers1``
-    the same at 10k, c=16, ``--workers 1`` (the 1 -> W scaling and the
-    workers = 1 ratio; same ``--cache``, so the import is reused) ->
-    ``load-workers1.json``.
+``scaling``
+    ``bench/workers_scaling.py --agents 10000 --rounds R --workers W``: 1 and W
+    workers back to back in each of R rounds (``--scaling-rounds``, default 5;
+    alternating which goes first), ANS and the floor, at c=16: the median round
+    is the 1 -> W figure and gives the workers = 1 ratio (same ``--cache``, so
+    the import is reused) -> ``workers_scaling.json``. One pair of runs minutes
+    apart (this step until 2026-11-27) read 1.9x where five rounds gave a
+    median of 1.61x.
 ``visibility``
     ``bench/workers_visibility.py --workers W``: ACTIVATE on one worker ->
     visible in a DISCOVER on another -> ``workers-visibility.json``.
@@ -58,7 +62,7 @@ from report_scale import dig  # bench/ is on sys.path when run as a script
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 RESULTS = BENCH / "results"
-STEPS = ("load", "workers1", "visibility", "pg_nodes", "profile")
+STEPS = ("load", "scaling", "visibility", "pg_nodes", "profile")
 NOT_MEASURED_EXIT = {"pg_nodes": 2}  # the script's "PostgreSQL is unreachable"
 
 
@@ -76,8 +80,9 @@ def steps(args: argparse.Namespace) -> list[tuple[str, list[str], str]]:
     table = [
         ("load", f"bench/load.py --agents {args.sizes} --levels 1,16 --workers {w} {common}",
          "load.json"),
-        ("workers1", f"bench/load.py --agents 10000 --levels 16 --workers 1 {common}",
-         "load-workers1.json"),
+        ("scaling", f"bench/workers_scaling.py --agents 10000 --rounds {args.scaling_rounds} "
+         f"--duration {args.duration:g} --workers {w} --cache {cache}",
+         "workers_scaling.json"),
         ("visibility", f"bench/workers_visibility.py --workers {w} --cache {cache}",
          "workers-visibility.json"),
         ("pg_nodes", f"bench/pg_nodes.py --workers {w}", "pg_nodes.json"),
@@ -142,7 +147,15 @@ def summary(name: str, data: dict[str, Any] | None) -> str:
     """One line of the step's headline figures."""
     if data is None:
         return "no results"
-    if name in ("load", "workers1"):
+    if name == "scaling":
+        rounds = data.get("rounds") or []
+        ratios = [r.get("ans_ratio") for r in rounds if r.get("ans_ratio") is not None]
+        spread = f" ({min(ratios)}-{max(ratios)}x)" if ratios else ""
+        return (
+            f"1 -> {data.get('workers')} workers: ANS median {data.get('median_ans_ratio')}x"
+            f"{spread} over {len(rounds)} rounds, floor {data.get('median_floor_ratio')}x"
+        )
+    if name == "load":
         parts = []
         for n, s in data.get("sizes", {}).items():
             lv = s.get("levels", {})
@@ -211,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="query_profile size (100000 if --sizes has it, else the smallest)",
     )
+    ap.add_argument("--scaling-rounds", type=int, default=5,
+                    help="alternated rounds of the 1 -> W workers step (5)")
     ap.add_argument("--skip", default="", help=f"steps to leave out: {','.join(STEPS)}")
     args = ap.parse_args(argv)
     sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
