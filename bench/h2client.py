@@ -60,7 +60,7 @@ import h2.connection
 import h2.events
 import h2.exceptions
 import h2.settings
-from h2raw import RawH2Conn, Retry
+from h2raw import ClientConn, Pending, RawH2Conn, Retry
 
 WINDOW = 16 * 1024 * 1024
 MAX_ATTEMPTS = 8
@@ -68,18 +68,11 @@ GOAWAY_GRACE = 0.05  # s to wait for answers to accepted streams after a GOAWAY
 AGENT_ID = "agtp://bench.example/agents/loadgen"
 
 
-@dataclass
-class Pending:
-    fut: asyncio.Future[tuple[int, bytes]]
-    status: int = 0
-    body: list[bytes] = field(default_factory=list)
-    out: bytes = b""  # request body bytes not yet sent (flow control)
-
-
-class H2Conn(asyncio.Protocol):
+class H2Conn(ClientConn):
     """One h2c client connection; ``request`` returns (status, body)."""
 
     def __init__(self) -> None:
+        super().__init__()
         cfg = h2.config.H2Configuration(
             client_side=True,
             header_encoding=None,
@@ -88,10 +81,6 @@ class H2Conn(asyncio.Protocol):
             validate_inbound_headers=False,
         )
         self.h2 = h2.connection.H2Connection(config=cfg)
-        self.transport: asyncio.Transport | None = None
-        self.pending: dict[int, Pending] = {}
-        self.usable = True  # False after GOAWAY or connection loss: open a new one
-        self.goaway = False
 
     # -- asyncio.Protocol ----------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -152,10 +141,6 @@ class H2Conn(asyncio.Protocol):
                 asyncio.get_running_loop().call_later(GOAWAY_GRACE, self.close)
         self._flush()
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.usable = False
-        self._fail_all()
-
     # -- requests -------------------------------------------------------------
     def request(self, headers: list[tuple[bytes, bytes]], body: bytes) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
@@ -196,20 +181,9 @@ class H2Conn(asyncio.Protocol):
         if data and self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
 
-    def _fail_all(self) -> None:
-        pending, self.pending = self.pending, {}
-        for p in pending.values():
-            if not p.fut.done():
-                p.fut.set_exception(Retry("connection lost"))
-
-    def close(self) -> None:
-        self.usable = False
-        self._fail_all()
-        if self.transport is not None and not self.transport.is_closing():
-            with contextlib.suppress(Exception):
-                self.h2.close_connection()
-                self._flush()
-            self.transport.close()
+    def _goodbye(self) -> None:
+        self.h2.close_connection()
+        self._flush()
 
 
 class Pool:

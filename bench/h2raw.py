@@ -129,14 +129,43 @@ class Pending:
     window: int = DEFAULT_WINDOW  # the server's window for this stream
 
 
-class RawH2Conn(asyncio.Protocol):
-    """One h2c client connection; ``request`` returns (status, body)."""
+class ClientConn(asyncio.Protocol):
+    """What both engines' connections share: the streams awaiting an answer, and
+    the end of the connection (``close`` says goodbye with :meth:`_goodbye`)."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.pending: dict[int, Pending] = {}
         self.usable = True  # False after GOAWAY or connection loss: open a new one
         self.goaway = False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.usable = False
+        self._fail_all()
+
+    def _fail_all(self) -> None:
+        pending, self.pending = self.pending, {}
+        for p in pending.values():
+            if not p.fut.done():
+                p.fut.set_exception(Retry("connection lost"))
+
+    def _goodbye(self) -> None:
+        """Write this engine's GOAWAY (errors are ignored: the socket closes next)."""
+
+    def close(self) -> None:
+        self.usable = False
+        self._fail_all()
+        if self.transport is not None and not self.transport.is_closing():
+            with contextlib.suppress(Exception):
+                self._goodbye()
+            self.transport.close()
+
+
+class RawH2Conn(ClientConn):
+    """One h2c client connection; ``request`` returns (status, body)."""
+
+    def __init__(self) -> None:
+        super().__init__()
         self.next_sid = 1
         self.buf = b""
         self.block: bytearray | None = None  # a header block awaiting CONTINUATION
@@ -265,10 +294,6 @@ class RawH2Conn(asyncio.Protocol):
         if p is not None and not p.fut.done():
             p.fut.set_result((p.status, b"".join(p.body)))
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.usable = False
-        self._fail_all()
-
     # -- requests -------------------------------------------------------------
     def _encode(self, headers: list[tuple[bytes, bytes]]) -> bytes:
         parts = []
@@ -331,17 +356,7 @@ class RawH2Conn(asyncio.Protocol):
             if p.out:
                 self._send_body(sid, p, out)
 
-    def _fail_all(self) -> None:
-        pending, self.pending = self.pending, {}
-        for p in pending.values():
-            if not p.fut.done():
-                p.fut.set_exception(Retry("connection lost"))
-
-    def close(self) -> None:
-        self.usable = False
-        self._fail_all()
-        if self.transport is not None and not self.transport.is_closing():
-            with contextlib.suppress(Exception):
-                # the last stream id of a client's GOAWAY names server-initiated streams: none
-                self.transport.write(frame(GOAWAY, 0, 0, struct.pack(">II", 0, 0)))
-            self.transport.close()
+    def _goodbye(self) -> None:
+        assert self.transport is not None
+        # the last stream id of a client's GOAWAY names server-initiated streams: none
+        self.transport.write(frame(GOAWAY, 0, 0, struct.pack(">II", 0, 0)))
