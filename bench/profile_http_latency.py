@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         "sizes": {"agents": args.agents, "distinct_intents": len(timed), "warmup": len(warm),
                   "rounds": args.rounds, "limit": 10, "concurrency": 1},
         "settings": {"server_config": SERVER_CONFIG.strip(),
-                     "client": "bench/h2client.py (h2c, one connection, in-process)"},
+                     "client": "h2client.py Pool, raw engine (h2c, 1 connection, in-process)"},
         "latency": stats,
         "rounds": rounds,
         "p50_ratio_branch_over_baseline": ratio,

@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {"catalog": str(catalog), "data_dir": str(data),
                      "import_s": round(import_s, 2),
                      "server_config": SERVER_CONFIG.strip() + "\n[discovery] relevance_gate",
-                     "client": "bench/h2client.py H2Conn (h2c, one connection, in-process)",
+                     "client": "bench/h2client.py Pool, raw engine (h2c, 1 connection, in-process)",
                      "transport": "DISCOVER / over HTTP/2"},
         "gates": gates,
         "rounds": rounds,
