@@ -276,6 +276,10 @@ class RawH2Conn(ClientConn):
         p = self.pending.get(sid)
         if p is None:
             return
+        if p.status:  # trailers after the final answer: only their END_STREAM matters
+            if end_stream:
+                self._done(sid)
+            return
         try:
             status = status_of(block)
         except (Retry, hpack.HPACKError, IndexError) as exc:

@@ -131,3 +131,24 @@ def test_a_response_completes_its_request_and_flow_control_is_returned():
         conn.close()
 
     asyncio.run(run())
+
+
+def test_trailers_end_the_stream_without_changing_the_status():
+    async def run() -> None:
+        conn = h2raw.RawH2Conn()
+        conn.connection_made(_Transport())
+        fut = conn.request(_headers(0), b"{}")
+        enc = hpack.Encoder()
+        enc.header_table_size = 0
+        head = h2raw.frame(h2raw.HEADERS, h2raw.END_HEADERS, 1, enc.encode([(b":status", b"200")]))
+        data = h2raw.frame(h2raw.DATA, 0, 1, b"answer")
+        trailers = h2raw.frame(
+            h2raw.HEADERS, h2raw.END_HEADERS | h2raw.END_STREAM, 1, enc.encode([(b"x-t", b"1")])
+        )
+        conn.data_received(head + data)
+        assert not fut.done()
+        conn.data_received(trailers)
+        assert fut.result() == (200, b"answer")
+        conn.close()
+
+    asyncio.run(run())
