@@ -15,6 +15,7 @@ run with ``--skip`` keeps its earlier file and the page says so.
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -241,12 +242,10 @@ def targets(results: Path = RESULTS) -> list[Target]:
     return out
 
 
-def _median(values: list[float]) -> float | None:
-    vals = sorted(v for v in values if v is not None)
-    if not vals:
-        return None
-    mid = len(vals) // 2
-    return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
+def _median(values: list[float | None]) -> float | None:
+    """The median of the values present (None when there is none)."""
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
 
 
 def scaling_targets(src: Source) -> list[Target]:
