@@ -155,7 +155,9 @@ class Discovery:
         in the shared pages: built in each worker, it cost the worker's first
         DISCOVER ~1 s at 1M agents and, by touching every canonical id, made
         private copies of most of the shared heap. Also the profile filters'
-        postings, which a bulk load leaves to be built on first use."""
+        postings, which a bulk load leaves to be built on first use, and the
+        matcher's packed rows (:meth:`CapabilityIndex.warm`)."""
+        self.ctx.matcher.warm()
         with self.index.lock:
             self.index.registry.linked(np.zeros(0, dtype=np.int64), *_assignments(self.ctx.matcher))
             self.index.registry.profiles.settle()

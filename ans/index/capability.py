@@ -49,6 +49,7 @@ from .embedder import Embedder, QueryVectors, Vectors, embedder_fingerprint
 from .equivalence import equivalence
 from .facet_file import FacetFile
 from .int8_rows import query_codes, similarities
+from .layout import describe as scan_layout_description
 from .profiles import (
     ALL_DOMAINS,
     DOMAIN_FACETS,
@@ -84,6 +85,7 @@ class CapabilityMatcher(Protocol):
     def upsert(self, profile: CapabilityProfile, vectors: ProfileVectors | None = None) -> None: ...
     def upsert_many(self, items: Sequence[tuple[CapabilityProfile, ProfileVectors]]) -> None: ...
     def settle(self) -> None: ...
+    def warm(self) -> None: ...
     def remove(self, canonical_id: str) -> None: ...
     def query(
         self,
@@ -183,6 +185,7 @@ class CapabilityIndex:
                 "exact_max": self.settings.exact_max,
                 "nprobe": self.settings.nprobe if active else None,
                 "candidates": self.settings.candidates_at(len(self._table)),
+                **scan_layout_description(),
             }
 
     # -- embedding and mutation --------------------------------------------------------
@@ -238,6 +241,17 @@ class CapabilityIndex:
         (:meth:`SlotTable.settle`)."""
         with self._lock:
             self._table.settle()
+
+    def warm(self) -> None:
+        """Settle pending merges and pack what exhaustive scans read (:meth:`QRows.prepare`),
+        at start-up rather than in the first DISCOVER; before ``--workers`` forks."""
+        with self._lock:
+            t = self._table
+            t.settle()
+            if not self._ann.active:
+                n = len(t.id_of)
+                t.ctx.prepare(n)
+                t.cap.prepare(n)
 
     def remove(self, canonical_id: str) -> None:
         with self._lock:

@@ -12,11 +12,10 @@ exact integer dot product of the codes (numkong's packed int8 kernels:
 int32 accumulation, no rounding) and then multiply by the row's scale and the
 query's scale in float32. The integer part is exact whichever kernel or path
 computes it, so an exhaustive scan and a candidate scan give bit-identical
-numbers for the same row, on any machine. Both stream the rows as they are
-stored against the packed query vectors: between two queries the rows fall out
-of this machine kind's caches, and a packed copy of the rows (28% larger,
-read tile by tile) cost ~35% more per scan inside the query path, though less
-when a scan follows another at once (docs/query-profile.md, eighth round).
+numbers for the same row, on any machine. Candidate scans stream the rows as
+stored against the packed query vectors. Exhaustive scans of a table made
+with ``pack=True`` read a packed copy of the rows instead where this machine
+scans that layout clearly faster (:mod:`.layout`; :class:`PackedCopy`).
 """
 
 from __future__ import annotations
@@ -26,6 +25,8 @@ from typing import NamedTuple
 import numkong
 import numpy as np
 import numpy.typing as npt
+
+from .layout import scan_layout
 
 Vectors = npt.NDArray[np.float32]
 Index = npt.NDArray[np.integer] | int
@@ -105,11 +106,77 @@ def _finish(raw: npt.NDArray[np.int32], row_scale: Vectors, q_scale: Vectors) ->
     return out.T
 
 
+# Exhaustive scans of fewer rows stream them (a packed copy is not worth its upkeep).
+PACK_MIN_ROWS = 1024
+# The copy is packed again once the rows added or changed since exceed this
+# share of it (each such row is scanned from the stored rows until then).
+REPACK_FRACTION = 16
+
+
+class PackedCopy:
+    """numkong's packed copy of rows [0, n) of a :class:`QRows`, and which of them
+    changed since it was packed (scanned from the stored rows until the copy is
+    packed again). Not thread-safe: the index's lock covers it with the rows."""
+
+    def __init__(self) -> None:
+        self.matrix: numkong.PackedMatrix | None = None
+        self.n = 0
+        self.stale: set[int] = set()
+
+    def changed(self, rows: npt.NDArray[np.intp]) -> None:
+        if self.matrix is None:
+            return
+        if len(rows) > max(64, self.n // REPACK_FRACTION):  # a bulk load: pack anew
+            self.matrix, self.n = None, 0
+            self.stale.clear()
+            return
+        self.stale.update(int(r) for r in rows if r < self.n)
+
+    def due(self, n: int) -> bool:
+        if self.matrix is None or n < self.n:
+            return True
+        return (n - self.n) + len(self.stale) > max(64, self.n // REPACK_FRACTION)
+
+    def pack(self, codes: npt.NDArray[np.int8], n: int) -> None:
+        self.matrix = numkong.dots_pack(np.ascontiguousarray(codes[:n], dtype=np.int8))
+        self.n = n
+        self.stale.clear()
+
+    def dots(
+        self, codes: npt.NDArray[np.int8], q8: npt.NDArray[np.int8], n: int
+    ) -> npt.NDArray[np.int32]:
+        """Exact ``q8 @ codes[:n].T`` in int32, (P, n): the packed rows from the
+        copy, rows added or changed since from ``codes``."""
+        if self.due(n):
+            self.pack(codes, n)
+        assert self.matrix is not None
+        m = self.n
+        q8 = np.ascontiguousarray(q8, dtype=np.int8)
+        if m == n:
+            out: npt.NDArray[np.int32] = np.asarray(numkong.dots_packed(q8, self.matrix))
+        else:
+            out = np.empty((len(q8), n), dtype=np.int32)
+            out[:, :m] = np.asarray(numkong.dots_packed(q8, self.matrix))
+            out[:, m:] = int_dots(codes[m:n], q8)
+        if self.stale:
+            idx = np.fromiter(sorted(self.stale), dtype=np.intp, count=len(self.stale))
+            out[:, idx] = int_dots(codes.take(idx, axis=0), q8)
+        return out
+
+
+def _row_indices(rows: Index | slice, length: int) -> npt.NDArray[np.intp]:
+    if isinstance(rows, slice):
+        return np.arange(length, dtype=np.intp)[rows]
+    return np.atleast_1d(np.asarray(rows, dtype=np.intp))
+
+
 class QRows:
-    def __init__(self, dim: int) -> None:
+    def __init__(self, dim: int, *, pack: bool = False) -> None:
         self.dim = dim
         self.codes = np.zeros((0, dim), dtype=np.int8)
         self.scale = np.zeros(0, dtype=np.float32)
+        # a packed copy for exhaustive scans, where this machine scans it faster
+        self.packed: PackedCopy | None = PackedCopy() if pack else None
 
     def __len__(self) -> int:
         return len(self.scale)
@@ -128,10 +195,24 @@ class QRows:
         codes, scale = quantize(vectors)
         self.codes[rows] = codes
         self.scale[rows] = scale
+        if self.packed is not None:
+            self.packed.changed(_row_indices(rows, len(self.codes)))
 
     def clear(self, rows: Index | slice) -> None:
         self.codes[rows] = 0
         self.scale[rows] = 0.0
+        if self.packed is not None:
+            self.packed.changed(_row_indices(rows, len(self.codes)))
+
+    def _packs(self, n: int) -> bool:
+        return self.packed is not None and n >= PACK_MIN_ROWS and scan_layout() == "packed"
+
+    def prepare(self, n: int) -> None:
+        """Pack rows [0, n) now if exhaustive scans will read a packed copy (start-up,
+        before ``ans serve --workers`` forks: the copy is then shared)."""
+        if self._packs(n):
+            assert self.packed is not None
+            self.packed.pack(self.codes, n)
 
     def get(self, rows: Index) -> Vectors:
         out: Vectors = self.codes[rows].astype(np.float32)
@@ -143,7 +224,12 @@ class QRows:
         q8, q_scale = query_codes(queries)
         if n <= 0:
             return np.zeros((0, len(q8)), dtype=np.float32)
-        return _finish(int_dots(self.codes[:n], q8), self.scale[:n], q_scale)
+        if self._packs(n):
+            assert self.packed is not None
+            raw = self.packed.dots(self.codes, q8, n)
+        else:
+            raw = int_dots(self.codes[:n], q8)
+        return _finish(raw, self.scale[:n], q_scale)
 
     def scan_rows(self, queries: Vectors | QueryCodes, rows: npt.NDArray[np.integer]) -> Vectors:
         """Similarities of the given rows with the query vectors: (len(rows), P)."""
@@ -157,8 +243,15 @@ class QRows:
         return {f"{prefix}_codes": self.codes[:n], f"{prefix}_scale": self.scale[:n]}
 
     @classmethod
-    def restore(cls, dim: int, prefix: str, arrays: dict[str, npt.NDArray[np.generic]]) -> QRows:
-        q = cls(dim)
+    def restore(
+        cls,
+        dim: int,
+        prefix: str,
+        arrays: dict[str, npt.NDArray[np.generic]],
+        *,
+        pack: bool = False,
+    ) -> QRows:
+        q = cls(dim, pack=pack)
         q.codes = np.asarray(arrays[f"{prefix}_codes"], dtype=np.int8).reshape(-1, dim)
         q.scale = np.asarray(arrays[f"{prefix}_scale"], dtype=np.float32)
         if len(q.codes) != len(q.scale):

@@ -43,8 +43,10 @@ class SlotTable:
 
     def __init__(self, dim: int, example_dims: int, keep_profiles: bool) -> None:
         self.dim = dim
-        self.ctx = QRows(dim)  # unit description vectors
-        self.cap = QRows(dim)  # unit whole-document (capability) vectors
+        # unit description and whole-document (capability) vectors; exhaustive
+        # scans may read a packed copy of them (:mod:`.layout`)
+        self.ctx = QRows(dim, pack=True)
+        self.cap = QRows(dim, pack=True)
         self.has_examples = np.zeros(0, dtype=bool)
         self.n_tags = np.zeros(0, dtype=np.int16)
         self.alive = np.zeros(0, dtype=bool)  # slot holds an indexed agent

@@ -129,8 +129,8 @@ def read(directory: Path, embedder: Embedder) -> Snapshot | None:
         sys.intern(c) if isinstance(c, str) and len(c) <= 64 else c for c in doc["ids"]
     ]
     n = len(ids)
-    table.ctx = QRows.restore(dim, "ctx", arrays)
-    table.cap = QRows.restore(dim, "cap", arrays)
+    table.ctx = QRows.restore(dim, "ctx", arrays, pack=True)
+    table.cap = QRows.restore(dim, "cap", arrays, pack=True)
     table.has_examples = np.asarray(arrays["has_examples"], dtype=bool)
     table.n_tags = np.asarray(arrays["n_tags"], dtype=np.int16)
     # absent from snapshots written before the facet-sums file: unknown (0), so

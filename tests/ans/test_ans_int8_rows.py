@@ -121,3 +121,126 @@ def test_snapshot_round_trip_scans_the_same() -> None:
     back.reserve(n + 1)
     back.set(np.array([n]), unit_rows(1, dim, 13))
     assert np.array_equal(back.scan(q, n + 1)[:n], store.scan(q, n))
+
+
+# -- the packed copy of exhaustive scans (ans.index.layout) ---------------------------------
+
+
+@pytest.fixture
+def packed_layout():
+    from ans.index import layout
+
+    layout.force_layout("packed")
+    yield
+    layout.force_layout(None)
+
+
+def test_packed_copy_scans_the_same_numbers_through_every_change(packed_layout) -> None:
+    from ans.index.int8_rows import PACK_MIN_ROWS, REPACK_FRACTION
+
+    dim, n = 64, 4 * PACK_MIN_ROWS
+    store = QRows(dim, pack=True)
+    store.reserve(n + 200)
+    store.set(slice(0, n), unit_rows(n, dim, 21))
+    q = unit_rows(2, dim, 22)
+    assert np.array_equal(store.scan(q, n), reference(store, q, n))
+    copy = store.packed
+    assert copy is not None and copy.matrix is not None and copy.n == n  # scanned from the copy
+    packed_matrix = copy.matrix
+
+    # single rows rewritten or cleared: patched from the stored rows, not repacked
+    store.set(np.array([5]), unit_rows(1, dim, 23))
+    store.set(7, unit_rows(1, dim, 24)[0])
+    store.clear(np.array([n - 1]))
+    assert copy.stale == {5, 7, n - 1}
+    got = store.scan(q, n)
+    assert np.array_equal(got, reference(store, q, n))
+    assert np.all(got[n - 1] == 0.0)
+    assert copy.matrix is packed_matrix
+
+    # rows appended: the tail is scanned from the stored rows until the copy is due
+    store.set(slice(n, n + 10), unit_rows(10, dim, 25))
+    assert np.array_equal(store.scan(q, n + 10), reference(store, q, n + 10))
+    assert copy.matrix is packed_matrix and copy.n == n
+
+    # past the share of changed rows the copy is packed again, with every change in it
+    many = n // REPACK_FRACTION + 10
+    for i in range(many):
+        store.set(np.array([100 + i]), unit_rows(1, dim, 100 + i))
+    assert np.array_equal(store.scan(q, n + 10), reference(store, q, n + 10))
+    assert copy.matrix is not packed_matrix and copy.n == n + 10 and not copy.stale
+
+    # a bulk write drops the copy; a scan of a prefix packs that prefix
+    store.set(slice(0, n), unit_rows(n, dim, 26))
+    assert copy.matrix is None
+    assert np.array_equal(store.scan(q, n + 10), reference(store, q, n + 10))
+    assert np.array_equal(store.scan(q, PACK_MIN_ROWS), reference(store, q, PACK_MIN_ROWS))
+    assert copy.n == PACK_MIN_ROWS
+
+
+def test_packed_copy_only_where_asked_and_large_enough(packed_layout) -> None:
+    from ans.index.int8_rows import PACK_MIN_ROWS
+
+    dim = 32
+    small, plain = QRows(dim, pack=True), QRows(dim)
+    for store in (small, plain):
+        store.reserve(PACK_MIN_ROWS)
+        store.set(slice(0, PACK_MIN_ROWS), unit_rows(PACK_MIN_ROWS, dim, 31))
+    q = unit_rows(1, dim, 32)
+    assert np.array_equal(small.scan(q, PACK_MIN_ROWS - 1), plain.scan(q, PACK_MIN_ROWS - 1))
+    assert small.packed is not None and small.packed.matrix is None  # too few rows
+    plain.prepare(PACK_MIN_ROWS)
+    assert plain.packed is None
+    small.prepare(PACK_MIN_ROWS)
+    assert small.packed.matrix is not None and small.packed.n == PACK_MIN_ROWS
+    assert np.array_equal(small.scan(q, PACK_MIN_ROWS), plain.scan(q, PACK_MIN_ROWS))
+    # a restored table keeps asking for its copy
+    back = QRows.restore(dim, "x", small.state("x", PACK_MIN_ROWS), pack=True)
+    assert np.array_equal(back.scan(q, PACK_MIN_ROWS), plain.scan(q, PACK_MIN_ROWS))
+    assert back.packed is not None and back.packed.n == PACK_MIN_ROWS
+
+
+def test_streamed_layout_keeps_no_copy() -> None:
+    from ans.index import layout
+    from ans.index.int8_rows import PACK_MIN_ROWS
+
+    layout.force_layout("streamed")
+    try:
+        store = QRows(16, pack=True)
+        store.reserve(PACK_MIN_ROWS)
+        store.set(slice(0, PACK_MIN_ROWS), unit_rows(PACK_MIN_ROWS, 16, 41))
+        q = unit_rows(2, 16, 42)
+        assert np.array_equal(store.scan(q, PACK_MIN_ROWS), reference(store, q, PACK_MIN_ROWS))
+        store.prepare(PACK_MIN_ROWS)
+        assert store.packed is not None and store.packed.matrix is None
+    finally:
+        layout.force_layout(None)
+
+
+def test_the_layout_is_chosen_from_measured_scans() -> None:
+    from ans.index import layout
+
+    assert layout.choose(
+        {"packed_hot_us": 98, "packed_cold_us": 624, "streamed_hot_us": 578, "streamed_cold_us": 652}
+    ) == "packed"  # an AVX2-only machine (docs/query-profile.md, twelfth round)
+    assert layout.choose(
+        {"packed_hot_us": 89, "packed_cold_us": 307, "streamed_hot_us": 118, "streamed_cold_us": 174}
+    ) == "streamed"  # an AVX-512 machine (eighth round)
+    # a near tie keeps the rows as stored: the copy must win clearly
+    assert layout.choose(
+        {"packed_hot_us": 90, "packed_cold_us": 90, "streamed_hot_us": 100, "streamed_cold_us": 100}
+    ) == "streamed"
+    measured = layout.calibrate(rows=512, reps=2, evict_bytes=1 << 20)
+    assert set(measured) == {
+        "packed_hot_us", "packed_cold_us", "streamed_hot_us", "streamed_cold_us"
+    }
+    assert all(v > 0 for v in measured.values())
+    layout.force_layout(None)
+    try:
+        chosen = layout.scan_layout()
+        assert chosen in ("packed", "streamed")
+        described = layout.describe()
+        assert described["scan_layout"] == chosen
+        assert chosen == layout.choose(described["scan_layout_us"])  # type: ignore[arg-type]
+    finally:
+        layout.force_layout(None)
