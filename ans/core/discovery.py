@@ -42,6 +42,7 @@ from .alternatives import NOT_INDEXED, PreferredState, Routing, choose_alternati
 from .context import CoreContext
 from .detail import applied_filters, freshness_of, project, request_warnings, score_components
 from .live_index import LiveIndex
+from .scan_batch import ScanBatch
 
 # How long an early federated DISCOVER waits for its peer requests to go out
 # (a first connection or key fetch) before matching locally anyway.
@@ -81,6 +82,8 @@ class Discovery:
     def __init__(self, ctx: CoreContext, index: LiveIndex) -> None:
         self.ctx = ctx
         self.index = index
+        # concurrent DISCOVERs share one exhaustive scan (ans/core/scan_batch.py)
+        self.scans = ScanBatch(lambda: self.ctx.matcher)
 
     # -- the surfaces' entry points ----------------------------------------------------
     def discover(self, req: DiscoverRequest) -> dict[str, Any]:
@@ -93,7 +96,9 @@ class Discovery:
         configured, ask trusted peers, then merge, re-rank and re-sign."""
         self.check_scope_and_zone(req)  # 451 / 453 before anything leaves this server
         fed = self.ctx.federator
+        p = req.params
         if fed is None:
+            await self.scans.join(p.intent, p.capability_domains)
             return self.finish(req, self.local(req), None)
         early = fed.plan(req, self.gate_bound(req))
         if early.peers:
@@ -108,11 +113,13 @@ class Discovery:
                 await asyncio.sleep(0)  # one loop iteration: each peer task sends
                 if not dispatched.done:  # a first connection or key fetch under way
                     await dispatched.wait(DISPATCH_WAIT)
+                await self.scans.join(p.intent, p.capability_domains)
                 local = self.local(req)
             except BaseException:  # cancelled, or the local match refused the query
                 fed.cancel(fanout)
                 raise
             return self.finish(req, local, await fed.collect(fanout))
+        await self.scans.join(p.intent, p.capability_domains)
         local = self.local(req)
         plan = fed.plan(req, local.total)
         if not plan.peers and not plan.skipped:

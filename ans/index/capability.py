@@ -50,6 +50,7 @@ from .equivalence import equivalence
 from .facet_file import FacetFile
 from .int8_rows import query_codes, similarities
 from .layout import describe as scan_layout_description
+from .prefetch import ScanPrefetch
 from .profiles import (
     ALL_DOMAINS,
     DOMAIN_FACETS,
@@ -86,6 +87,9 @@ class CapabilityMatcher(Protocol):
     def upsert_many(self, items: Sequence[tuple[CapabilityProfile, ProfileVectors]]) -> None: ...
     def settle(self) -> None: ...
     def warm(self) -> None: ...
+    @property
+    def batches_scans(self) -> bool: ...
+    def prefetch(self, intents: Sequence[str]) -> int: ...
     def remove(self, canonical_id: str) -> None: ...
     def query(
         self,
@@ -152,6 +156,7 @@ class CapabilityIndex:
         self._ann = AnnMode(self.settings)
         self._facets = FacetCache()
         self._queries = QueryVectors(embedder, query_cache)
+        self._prefetch = ScanPrefetch()  # the last batch's exhaustive scans
         self._source = profile_source
         # every agent's facet sums on disk (restricted queries); None: re-embed
         self.facet_file: FacetFile | None = None
@@ -326,7 +331,15 @@ class CapabilityIndex:
                 )
             if restricted and not full and len(cand) > RESTRICTED_RERANK:
                 cand = narrow(t, cand, q, lex, tag_passes)
-            ctx, cap = self._similarities(q, cand, n, full, allowed if restricted else None)
+            batched = (
+                self._prefetch.take(t.ctx, t.cap, n, tuple(texts))
+                if full and not restricted
+                else None
+            )
+            if batched is not None:  # this query's columns of a batch's scan
+                ctx, cap = batched
+            else:
+                ctx, cap = self._similarities(q, cand, n, full, allowed if restricted else None)
             pick = slice(0, n) if full else cand  # every slot: no gather
             has_tags = t.n_tags[pick] > 0
             ids = None if lazy_ids else t.ids_at(cand, full)
@@ -342,6 +355,27 @@ class CapabilityIndex:
             texts=tuple(texts),
             table=t,
         )
+
+    @property
+    def batches_scans(self) -> bool:
+        """Whether a plain DISCOVER scans every agent now (:meth:`prefetch` applies)."""
+        return not self._ann.active
+
+    def prefetch(self, intents: Sequence[str]) -> int:
+        """Scan every agent once for several intents' query texts (:mod:`.prefetch`),
+        for their :meth:`query` calls that follow with the rows unchanged; how many
+        intents it covered (0: none, each query scans on its own)."""
+        if self._ann.active:
+            return 0
+        texts = [(i, *segments(i)) for i in intents]
+        for tx in dict.fromkeys(texts):
+            self.query_vectors(tx)  # embedded outside the lock, as query() does
+        with self._lock:
+            if self._ann.active:
+                self._prefetch.clear()
+                return 0
+            t = self._table
+            return self._prefetch.fill(t.ctx, t.cap, len(t.id_of), texts, self.query_vectors)
 
     def slot_assignments(
         self,

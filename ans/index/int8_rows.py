@@ -175,6 +175,7 @@ class QRows:
         self.dim = dim
         self.codes = np.zeros((0, dim), dtype=np.int8)
         self.scale = np.zeros(0, dtype=np.float32)
+        self.version = 0  # counts the writes of rows (set, clear)
         # a packed copy for exhaustive scans, where this machine scans it faster
         self.packed: PackedCopy | None = PackedCopy() if pack else None
 
@@ -195,12 +196,14 @@ class QRows:
         codes, scale = quantize(vectors)
         self.codes[rows] = codes
         self.scale[rows] = scale
+        self.version += 1
         if self.packed is not None:
             self.packed.changed(_row_indices(rows, len(self.codes)))
 
     def clear(self, rows: Index | slice) -> None:
         self.codes[rows] = 0
         self.scale[rows] = 0.0
+        self.version += 1
         if self.packed is not None:
             self.packed.changed(_row_indices(rows, len(self.codes)))
 
