@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+import structlog
 
 from ..ann import AnnSettings
 from ..ranking import PRECISION
@@ -77,6 +78,8 @@ from .slots import Slots, SlotTable
 # intents, so a workload cycling through them missed on every text (an LRU
 # scanned in order) and paid the embedding (~125-230 us) on every query.
 QUERY_CACHE = 4096
+
+log = structlog.get_logger("ans.index")
 
 class CapabilityMatcher(Protocol):
     embedder_fingerprint: str  # the embedding model (equal fingerprints, equal vectors)
@@ -257,6 +260,9 @@ class CapabilityIndex:
                 n = len(t.id_of)
                 t.ctx.prepare(n)
                 t.cap.prepare(n)
+                chosen = scan_layout_description()
+                if chosen["scan_layout"] is not None:  # measured (enough rows to scan)
+                    log.info("exhaustive scan layout", agents=n, **chosen)
 
     def remove(self, canonical_id: str) -> None:
         with self._lock:
