@@ -47,11 +47,16 @@ class Source:
     data: dict[str, Any] | None
     note: str  # with data: "this run" or "kept from ..."; without: why not measured
 
-    def at(self, detail: str, found: object = True) -> str:
+    def at(self, detail: str, found: object = True, size: int | None = None) -> str:
         """The "where" cell: file, what in it, and which run (the file alone
-        when the figure was not ``found``)."""
+        when the figure was not ``found``). A ``size`` the file carried over
+        from an earlier run (load.py --keep-other-sizes) names that run."""
         if self.data is None or found is None:
             return f"`{self.file}`"
+        carried = dig(self.data, "sizes", str(size), "carried_from") if size else None
+        if isinstance(carried, dict):
+            when = carried.get("generated_at") or "an earlier run"
+            return f"`{self.file}` {detail} (kept from {when}: not re-measured when the file was)"
         return f"`{self.file}` {detail} ({self.note})"
 
     def why(self, missing: str) -> str:
@@ -141,7 +146,7 @@ def ratio_target(src: Source, n: int, goal: float | None, name: str) -> Target:
         name,
         f"≥ {goal}x" if goal else "reported",
         shown,
-        src.at(f"{size_label(n)} c=16, workers = {workers_of(src)}", r),
+        src.at(f"{size_label(n)} c=16, workers = {workers_of(src)}", r, n),
         judged(
             r,
             None if goal is None or r is None else r >= goal,
@@ -156,7 +161,7 @@ def latency_target(src: Source, n: int, c: str, key: str, goal_ms: float, name: 
         name,
         f"≤ {fmt(goal_ms)} ms",
         "-" if v is None else f"{fmt(v)} ms",
-        src.at(f"{size_label(n)} c={c}, workers = {workers_of(src)}", v),
+        src.at(f"{size_label(n)} c={c}, workers = {workers_of(src)}", v, n),
         judged(v, None if v is None else v <= goal_ms, src.lacks(n, c)),
     )
 
@@ -304,6 +309,7 @@ def memory_targets(load: Source, w: int | None) -> list[Target]:
         f"1M `memory`, workers = {w}: {len(mem.get('processes') or [])} processes "
         "(supervisor and workers) at the end of the run",
         pss,
+        1_000_000,
     )
     per = None if pss is None else pss * 1024 / agents
     goal = "≤ 4 GB (4,096 MB) in all; PSS total compared"

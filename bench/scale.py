@@ -143,6 +143,33 @@ def read(path: Path) -> dict[str, Any] | None:
     return data
 
 
+def kept_record(
+    name: str,
+    results: str,
+    command: str,
+    kept: dict[str, Any] | None,
+    earlier: dict[str, Any],
+    earlier_at: str | None,
+) -> dict[str, Any]:
+    """The record of a skipped step whose results file ``kept`` stays. The file
+    says when and how it was written, which may be after the earlier scale run
+    (the step's script run by hand, e.g. ``load.py --keep-other-sizes`` for some
+    sizes); without that, the earlier run's record of the step."""
+    if kept and kept.get("generated_at"):
+        return {
+            "name": name,
+            "command": kept.get("command") or command,
+            "results": results,
+            "wrote": True,
+            "skipped": True,
+            "kept_from": kept["generated_at"],
+        }
+    rec = {**earlier, "name": name, "results": results, "skipped": True}
+    rec.setdefault("command", command)
+    rec.setdefault("kept_from", earlier.get("started_at") or earlier_at)
+    return rec
+
+
 def summary(name: str, data: dict[str, Any] | None) -> str:
     """One line of the step's headline figures."""
     if data is None:
@@ -261,12 +288,11 @@ def main(argv: list[str] | None = None) -> int:
     for name, cmd, results in steps(args):
         command = shlex.join(cmd)
         if name in skip:
-            rec = {**earlier.get(name, {}), "name": name, "results": results, "skipped": True}
-            rec.setdefault("command", command)
-            rec.setdefault("kept_from", earlier.get(name, {}).get("started_at") or earlier_at)
+            kept = read(ROOT / results)
+            rec = kept_record(name, results, command, kept, earlier.get(name, {}), earlier_at)
             run["steps"].append(rec)
             print(f"\n[scale] {name}: skipped, keeping {results} (from {rec['kept_from']}): "
-                  f"{summary(name, read(ROOT / results))}", flush=True)  # fmt: skip
+                  f"{summary(name, kept)}", flush=True)  # fmt: skip
             continue
         print(f"\n[scale] {name}: OPENBLAS_NUM_THREADS=1 python {command}", flush=True)
         t_start, started = time.time(), now()

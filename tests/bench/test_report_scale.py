@@ -208,3 +208,36 @@ def test_without_a_recorded_run_nothing_is_measured(tmp_path):
     assert all(
         s.startswith("not measured") and "no bench/scale.py run recorded" in s for s in statuses
     )
+
+
+def test_a_skipped_step_is_dated_by_its_results_file() -> None:
+    """A results file rewritten by hand after the earlier scale run (load.py
+    --keep-other-sizes for some sizes) is dated and described by itself, not by
+    the earlier run's record of the step."""
+    import scale
+
+    earlier = {"name": "load", "started_at": "2026-01-01T00:00:00+00:00", "command": "old"}
+    kept = {"generated_at": "2026-02-02T00:00:00+00:00", "command": "bench/load.py --agents 10000"}
+    rec = scale.kept_record("load", "bench/results/load.json", "new", kept, earlier, None)
+    assert rec["skipped"] and rec["kept_from"] == kept["generated_at"]
+    assert rec["command"] == kept["command"]
+    assert "started_at" not in rec  # the earlier run did not write this file
+    # an undated file: the earlier run's record
+    rec = scale.kept_record("load", "bench/results/load.json", "new", {}, earlier, None)
+    assert rec["kept_from"] == earlier["started_at"] and rec["command"] == "old"
+    # no earlier record either: the earlier run's start and this run's command
+    rec = scale.kept_record("load", "x.json", "new", None, {}, "2026-03-03T00:00:00+00:00")
+    assert rec["kept_from"] == "2026-03-03T00:00:00+00:00" and rec["command"] == "new"
+
+
+def test_a_size_carried_over_names_its_own_run() -> None:
+    data = {
+        "sizes": {
+            "10000": {},
+            "1000000": {"carried_from": {"generated_at": "2026-01-01T00:00:00+00:00"}},
+        }
+    }
+    src = report_scale.Source("load", "load.json", data, "this run")
+    assert src.at("10k c=16", 1.0, 10000) == "`load.json` 10k c=16 (this run)"
+    carried = src.at("1M c=1", 1.0, 1_000_000)
+    assert "2026-01-01T00:00:00+00:00" in carried and "this run" not in carried
