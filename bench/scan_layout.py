@@ -16,7 +16,7 @@ dot products either way, so only the time differs) and ``--queries`` query vecto
 ``cold`` reads a 64 MiB buffer before every scan (evicting the rows from this
 machine's caches, as a query's other work and the machine's other tenants do);
 ``hot`` scans back to back. Prints the medians in microseconds and writes
-bench/results/scan_layout.json.
+bench/results/scan_layout.json (``--out``: another file).
 """
 
 from __future__ import annotations
@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--agents", default="10000,20000")
     ap.add_argument("--queries", type=int, default=3)
     ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--out", type=Path, default=RESULTS / "scan_layout.json")
     args = ap.parse_args(argv)
     evict = np.ones(EVICT_BYTES, dtype=np.uint8)
     sizes = {}
@@ -94,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         "queries": args.queries,
         "sizes": sizes,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "scan_layout.json").write_text(json.dumps(report, indent=2) + "\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
     return 0
 
 
