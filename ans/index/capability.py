@@ -81,6 +81,7 @@ QUERY_CACHE = 4096
 
 log = structlog.get_logger("ans.index")
 
+
 class CapabilityMatcher(Protocol):
     embedder_fingerprint: str  # the embedding model (equal fingerprints, equal vectors)
 
