@@ -328,11 +328,26 @@ def test_connections_the_clients_closed_are_closed_at_once(demo: RunningServer) 
     assert close_wait_sockets(port) == 0
 
 
+def tree(pid: int) -> list[int]:
+    """``pid`` and its children: ``ans serve`` forks a worker per core, and the
+    workers hold the connections."""
+    try:
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        kids = []
+    return [pid, *(int(k) for k in kids)]
+
+
 def rss_kb(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmRSS")
+    """Resident KB of the server's process tree."""
+    total = 0
+    for p in tree(pid):
+        try:
+            status = Path(f"/proc/{p}/status").read_text()
+        except OSError:
+            continue
+        total += next(int(ln.split()[1]) for ln in status.splitlines() if ln.startswith("VmRSS:"))
+    return total
 
 
 def ask_and_leave(url: str, n: int) -> None:
@@ -354,7 +369,14 @@ def ask_and_leave(url: str, n: int) -> None:
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
 def open_fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
+    """Open file descriptors of the server's process tree."""
+    total = 0
+    for p in tree(pid):
+        try:
+            total += len(os.listdir(f"/proc/{p}/fd"))
+        except OSError:
+            continue
+    return total
 
 
 def wait_until(condition: Any, timeout: float) -> None:
