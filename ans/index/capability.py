@@ -374,15 +374,14 @@ class CapabilityIndex:
         intents it covered (0: none, each query scans on its own)."""
         if self._ann.active:
             return 0
-        texts = [(i, *segments(i)) for i in intents]
-        for tx in dict.fromkeys(texts):
-            self.query_vectors(tx)  # embedded outside the lock, as query() does
+        # embedded outside the lock, as query() does; each distinct intent once
+        queries = {tx: self.query_vectors(tx) for tx in {(i, *segments(i)): None for i in intents}}
         with self._lock:
             if self._ann.active:
                 self._prefetch.clear()
                 return 0
             t = self._table
-            return self._prefetch.fill(t.ctx, t.cap, len(t.id_of), texts, self.query_vectors)
+            return self._prefetch.fill(t.ctx, t.cap, len(t.id_of), queries)
 
     def slot_assignments(
         self,

@@ -20,7 +20,7 @@ checked under the index's lock); otherwise the query scans on its own.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np
@@ -51,24 +51,18 @@ class ScanPrefetch:
         self._batch: _Batch | None = None
 
     def fill(
-        self,
-        ctx: QRows,
-        cap: QRows,
-        n: int,
-        texts: Sequence[tuple[str, ...]],
-        vectors: Callable[[Sequence[str]], Vectors],
+        self, ctx: QRows, cap: QRows, n: int, queries: Mapping[tuple[str, ...], Vectors]
     ) -> int:
-        """Scan rows [0, n) once for every query's texts; returns the queries kept."""
+        """Scan rows [0, n) once for every query's vectors (by its texts); returns
+        the queries kept."""
         self._batch = None
-        unique = list(dict.fromkeys(texts))
-        if len(unique) < 2 or n <= 0:
+        if len(queries) < 2 or n <= 0:
             return 0
-        qs = [vectors(t) for t in unique]
-        qc = query_codes(np.concatenate(qs))
+        qc = query_codes(np.concatenate(list(queries.values())))
         ctx_all, cap_all = ctx.scan(qc, n), cap.scan(qc, n)
         out: dict[tuple[str, ...], Scanned] = {}
         j = 0
-        for key, q in zip(unique, qs, strict=True):
+        for key, q in queries.items():
             p = len(q)
             out[key] = Scanned(ctx_all[:, j : j + p], cap_all[:, j : j + p])
             j += p
