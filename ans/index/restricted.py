@@ -3,8 +3,10 @@
 The index keeps one whole-document capability vector per agent in memory
 (per-facet vectors of a million agents would not fit), so a restricted query
 reads the per-facet sums of its candidates from the facet-sums file
-(:mod:`.facet_file`), re-embedding from their profiles only what the file
-lacks, and keeps them in a small LRU cache keyed by (agent, generation). Owns
+(:mod:`.facet_file`, which keeps the rows it read recently in memory),
+re-embedding from their profiles only what the file lacks (or, with no file,
+everything), and keeps what it embedded in a small LRU cache keyed by (agent,
+generation). Owns
 that cache, the facet mask of a set of allowed domains, and the narrowing of a
 restricted query's candidates to the :data:`RESTRICTED_RERANK` best by the
 all-facet score (so only those are scored over their allowed facets).
@@ -26,8 +28,8 @@ from .scoring import LexicalHits, TagPasses, fuse, weight_sums
 from .select import top_k
 from .slots import Slots, SlotTable
 
-# Per-agent facet sums kept in memory (7 KB each) for capability_domains
-# queries; a miss costs one row of the facet-sums file, not a re-embedding.
+# Per-agent facet sums this cache embedded, kept in memory (7 KB each) for
+# capability_domains queries (rows read from the facet-sums file are kept by it).
 DOMAIN_CACHE = 1024
 # A capability_domains query scores this many of its best candidates (by the
 # all-facet score) over its allowed facets; the rest are not scored.
@@ -88,9 +90,8 @@ class FacetCache:
             digests = {cid: int(table.digest[slots[i]]) for i, cid, _ in need}
             found = stored.get({c: d for c, d in digests.items() if d})
             for i, cid, _ in need:
-                if cid in found:
+                if cid in found:  # the file keeps recently read rows itself
                     sums[i] = found[cid]
-                    self._keep(table, cid, found[cid].copy(), FULL)  # not the whole batch
             need = [x for x in need if x[1] not in found]
             if need:
                 embedded = self._embed([c for _, c, _ in need], FULL, profiles_of, embed_profiles)

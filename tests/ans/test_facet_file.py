@@ -96,6 +96,32 @@ def test_rows_round_trip_within_the_int16_bound_and_only_for_their_digest(tmp_pa
     np.testing.assert_array_equal(decode(encode(got["b"]), got["b"].shape), got["b"])
 
 
+def test_rows_read_are_kept_in_memory_bounded_and_dropped_when_forgotten(tmp_path: Path) -> None:
+    path = tmp_path / "f.sqlite"
+    row = len(FACETS) * (4 + 2 * DIM)
+    f = FacetFile(path, "model-a", DIM, cache_bytes=2 * row)  # two rows in memory
+    f.put([(11, sums(1)), (22, sums(2)), (33, sums(3))])
+    first = f.get({"a": 11, "b": 22})
+
+    def behind_its_back(digest: int) -> None:  # another process's delete: no forget()
+        with sqlite3.connect(path) as db:
+            db.execute("DELETE FROM by_digest WHERE digest = ?", (digest,))
+
+    behind_its_back(11)
+    behind_its_back(22)
+    again = f.get({"a": 11, "b": 22})  # from memory, no read: the same numbers
+    assert sorted(again) == ["a", "b"]
+    for k in ("a", "b"):
+        assert again[k].tobytes() == first[k].tobytes()
+    assert sorted(f.get({"c": 33, "b": 22})) == ["b", "c"]  # 33 read: 11 leaves memory
+    assert f.get({"a": 11}) == {}
+    f.forget([22])  # forgotten: gone from memory too, whatever the file holds
+    f.put([(22, sums(2))])
+    behind_its_back(22)
+    assert f.get({"b": 22}) == {}
+    assert sorted(f.get({"c": 33})) == ["c"]
+
+
 def test_rows_decoded_together_are_each_row_decoded_alone_bit_for_bit() -> None:
     rng = np.random.default_rng(3)
     rows = [encode(rng.normal(size=(len(FACETS), DIM)).astype(np.float32) * 10.0 ** k)
