@@ -234,6 +234,69 @@ def calibrate(
     return out
 
 
+# Logits estimated in float32 (:func:`reachable`) are compared this far below
+# the threshold's: float32 errs by ~1e-5 on logits of this model's size, so no
+# candidate that can pass is left out; a few more are scored exactly.
+REACH_MARGIN = 1e-2
+
+
+def _logit(p: float) -> float:
+    return math.log(p / (1.0 - p))
+
+
+def reachable(
+    model: RelevanceModel,
+    final: Floats,
+    whole: Pass,
+    parts: list[Any],
+    part_weight: float,
+    threshold: float,
+    strong_match: float,
+    best: Floats | None = None,
+) -> npt.NDArray[np.bool_] | None:
+    """A superset of the candidates whose capability_match_score (as
+    :meth:`RelevanceGate.scores` gives it) can reach ``threshold``: every
+    strong match, and those whose whole-intent logit or any part's, estimated
+    in float32 (half the memory traffic of :func:`calibrate`, no exponential),
+    is within :data:`REACH_MARGIN` of the threshold's. An exhaustive query
+    scores ~5,000 of 10,000 agents past the raw floor and keeps ~300; only
+    these are then scored exactly, each as in the whole array. None when it
+    cannot tell (every candidate may pass)."""
+    # a score that rounds to the threshold at 6 decimals passes (scoring.at_least)
+    threshold -= 6e-7
+    if (
+        len(final) == 0
+        or not 1e-9 < threshold < 1.0 - 1e-9
+        or whole.ctx is None
+        or whole.cap is None
+        or whole.lexical is None
+    ):
+        return None
+    f32 = np.float32
+    top = (whole_maxima(final, whole) if best is None else best).tolist()
+    c = model.whole
+    const = c[0] + c[2] * top[0]
+    slope = c[1] - c[2] + (c[3] / top[0] if top[0] > 0 else 0.0)
+    v = final.astype(f32)
+    z = v * f32(slope)
+    for j, (x, t) in enumerate(zip((whole.ctx, whole.cap, whole.lexical), top[1:], strict=True)):
+        a, d = c[4 + 2 * j], c[5 + 2 * j]
+        const += d * t
+        z += f32(a - d) * np.asarray(x, dtype=f32)
+    z += f32(const)
+    keep: npt.NDArray[np.bool_] = z >= f32(_logit(threshold) - REACH_MARGIN)
+    keep |= v >= f32(strong_match - 1e-6)  # raised to the threshold
+    if part_weight > 0 and threshold / part_weight < 1.0 - 1e-9:
+        floor = f32(_logit(threshold / part_weight) - REACH_MARGIN)
+        cp = model.part
+        for part in parts:
+            peak = float(part.fused.max()) if len(part.fused) else 0.0
+            if peak > 0:
+                zp = np.asarray(part.fused, dtype=f32) * f32(cp[1] - cp[2] + cp[3] / peak)
+                keep |= zp >= floor - f32(cp[0] + cp[2] * peak)
+    return keep
+
+
 GATES = ("calibrated", "floor")
 
 
@@ -274,6 +337,18 @@ class RelevanceGate:
         mine = final if rows is None else final[rows]
         out: Floats = np.where(mine >= self.strong_match, np.maximum(p, self.min_relevance), p)
         return out
+
+    def reachable(
+        self, final: Floats, whole: Pass, parts: list[Any], best: Floats | None = None
+    ) -> npt.NDArray[np.bool_] | None:
+        """:func:`reachable` under this gate: which candidates :meth:`scores`
+        must score exactly (None: every one)."""
+        if self.kind != "calibrated":
+            return None
+        return reachable(
+            self.model, final, whole, parts, self.part_weight, self.min_relevance,
+            self.strong_match, best,
+        )
 
     def admits(self, capability_match_score: float) -> bool:
         """The threshold on a published score (a peer's result, the merged set)."""

@@ -182,11 +182,13 @@ class QueryScores:
         if self._cms is not None and self._gate == gate:
             cms = self._cms
         else:
-            # Only the candidates past the raw floor can be matches: only theirs
-            # is calibrated (each as in the whole array); the others' stay 0 here
-            # (calibrated() still gives every candidate's).
+            # Only the candidates past the raw floor that can reach the gate's
+            # threshold (estimated first, relevance.reachable) can be matches:
+            # only theirs is calibrated (each as in the whole array); the
+            # others' stay 0 here (calibrated() still gives every candidate's).
             # Fused scores are in [0, 1], so ``raw`` is ``final`` as float64.
-            rows = np.flatnonzero(floor)
+            reach = gate.reachable(raw, self.whole, self.parts, self.reference)
+            rows = np.flatnonzero(floor if reach is None else floor & reach)
             if 2 * len(rows) > len(raw):
                 # Most pass (an exhaustive query): score every candidate in place
                 # rather than gather and scatter the rows (a row's score depends

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ans.index.scoring import Pass
+from ans.index.scoring import Pass, at_least
 from ans.relevance import (
     FITTED,
     RelevanceGate,
@@ -71,7 +71,7 @@ def test_gate_scores_of_rows_keep_the_strong_match_raise() -> None:
 def test_gated_matches_the_whole_array_either_way(share_past_floor: float) -> None:
     """QueryScores scores the candidates past the raw floor alone when they are
     few and every candidate in place when most pass: both give the whole
-    array's scores past the floor, 0 below it, and the same matches."""
+    array's scores for the matches, 0 below the floor, and the same matches."""
     from ans.index.scoring import QueryScores, at_least
 
     rng = np.random.default_rng(11)
@@ -88,7 +88,9 @@ def test_gated_matches_the_whole_array_either_way(share_past_floor: float) -> No
         everything = gate.scores(final.astype(np.float64), whole, parts)
         floor = at_least(raw, gate.min_capability_match)
         assert np.array_equal(floor, past)
-        assert np.array_equal(cms[floor], everything[floor])  # bit for bit
+        # the matches' scores, bit for bit (the others past the floor may stay 0:
+        # those that cannot reach the threshold are not calibrated)
+        assert np.array_equal(cms[keep], everything[keep])
         assert not cms[~floor].any()
         assert np.array_equal(keep, floor & at_least(everything, gate.min_relevance))
 
@@ -102,3 +104,42 @@ def test_the_in_place_logistic_is_the_formula_bit_for_bit() -> None:
     got = _sigmoid(x.copy())
     assert got.dtype == np.float64
     assert np.array_equal(got.view(np.uint64), want.view(np.uint64))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_reachable_holds_every_candidate_that_can_pass_and_leaves_out_most_others(
+    seed: int,
+) -> None:
+    rng = np.random.default_rng(100 + seed)
+    kept = total = 0
+    for _ in range(200):
+        n = int(rng.integers(1, 400))
+        whole = random_pass(rng, n)
+        parts = [Pass(np.clip(rng.standard_normal(n), 0, 1).astype(np.float32), [])
+                 for _ in range(int(rng.integers(0, 3)))]
+        final = np.clip(rng.standard_normal(n) * 0.3 + 0.1, 0.0, 1.0)
+        exact = RelevanceGate(part_weight=float(rng.choice([0.0, 0.1, 0.5]))).scores(
+            final, whole, parts
+        )
+        # thresholds among the scores themselves: many candidates sit at the edge
+        for threshold in {float(np.quantile(exact, q)) for q in (0.5, 0.9, 0.99)}:
+            if not 1e-6 < threshold < 1 - 1e-6:
+                continue
+            gate = RelevanceGate(min_relevance=threshold, part_weight=0.1)
+            cms = gate.scores(final, whole, parts)
+            reach = gate.reachable(final, whole, parts)
+            assert reach is not None
+            passes = at_least(cms, threshold)
+            assert not np.any(passes & ~reach), "a candidate that passes was left out"
+            kept += int(reach.sum())
+            total += n
+    assert kept < 0.6 * total  # it does leave candidates out
+
+
+def test_reachable_cannot_tell_without_components_or_for_the_floor_gate() -> None:
+    final = np.linspace(0, 1, 5)
+    bare = Pass(final.astype(np.float32), [])
+    assert RelevanceGate().reachable(final, bare, []) is None
+    whole = random_pass(np.random.default_rng(0), 5)
+    assert RelevanceGate(kind="floor").reachable(final, whole, []) is None
+    assert RelevanceGate().reachable(final, whole, []) is not None
