@@ -21,7 +21,7 @@ import numpy.typing as npt
 from ..lexical import LexicalScores
 from ..postings import SlotPostings
 from ..ranking import PRECISION
-from ..relevance import RelevanceGate, maxima, whole_components
+from ..relevance import RelevanceGate, maxima, whole_components, whole_maxima
 from ..text import candidate_tags
 from .embedder import Vectors
 from .slots import Slots, SlotTable
@@ -66,6 +66,9 @@ def example_value(sims: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
 
 # Weight of the whole intent vs its best part for compound intents — a priori.
 SEGMENT_MIX = 0.5
+# Candidates from which the relevance gate first estimates who can reach its
+# threshold (relevance.reachable) before calibrating them exactly.
+REACH_MIN = 4096
 MAX_EVIDENCE_EXAMPLES = 3
 
 
@@ -187,17 +190,22 @@ class QueryScores:
             # only theirs is calibrated (each as in the whole array); the
             # others' stay 0 here (calibrated() still gives every candidate's).
             # Fused scores are in [0, 1], so ``raw`` is ``final`` as float64.
-            reach = gate.reachable(raw, self.whole, self.parts, self.reference)
+            # The estimate pays for itself on many candidates only (an
+            # exhaustive query's): on ~1,400 it cost more than it saved.
+            best = self.reference if self.reference is not None else whole_maxima(raw, self.whole)
+            reach = (
+                gate.reachable(raw, self.whole, self.parts, best) if len(raw) >= REACH_MIN else None
+            )
             rows = np.flatnonzero(floor if reach is None else floor & reach)
             if 2 * len(rows) > len(raw):
                 # Most pass (an exhaustive query): score every candidate in place
                 # rather than gather and scatter the rows (a row's score depends
                 # on its own values and the maxima only: the same numbers).
-                cms = gate.scores(raw, self.whole, self.parts, self.reference)
+                cms = gate.scores(raw, self.whole, self.parts, best)
                 cms[~floor] = 0.0
                 return floor & at_least(cms, gate.min_relevance), cms, raw
             cms = np.zeros(len(raw), dtype=np.float64)
-            cms[rows] = gate.scores(raw, self.whole, self.parts, self.reference, rows)
+            cms[rows] = gate.scores(raw, self.whole, self.parts, best, rows)
             keep = np.zeros(len(raw), dtype=bool)
             keep[rows] = at_least(cms[rows], gate.min_relevance)  # the others are below the floor
             return keep, cms, raw

@@ -67,13 +67,19 @@ def test_gate_scores_of_rows_keep_the_strong_match_raise() -> None:
     assert np.array_equal(gate.scores(final, whole, [])[rows], gate.scores(final, whole, [], rows=rows))
 
 
+@pytest.mark.parametrize("estimate_first", [False, True])
 @pytest.mark.parametrize("share_past_floor", [0.2, 0.9])
-def test_gated_matches_the_whole_array_either_way(share_past_floor: float) -> None:
+def test_gated_matches_the_whole_array_either_way(
+    share_past_floor: float, estimate_first: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """QueryScores scores the candidates past the raw floor alone when they are
     few and every candidate in place when most pass: both give the whole
     array's scores for the matches, 0 below the floor, and the same matches."""
+    from ans.index import scoring
     from ans.index.scoring import QueryScores, at_least
 
+    # relevance.reachable first (as on an exhaustive query's many candidates), or not
+    monkeypatch.setattr(scoring, "REACH_MIN", 0 if estimate_first else 10**9)
     rng = np.random.default_rng(11)
     gate = RelevanceGate()
     for _ in range(50):
