@@ -15,6 +15,14 @@ the 4,096 decoded entries this replaced held a quarter of them, and a
 DISCOVER's result fields cost ~245 us (store reads); from the bytes tier,
 ~75 us (lookup, ~2.5 us a decode, the decoded tier's upkeep).
 
+The decoded tier holds 8,192 agents (~23 MB: a decoded entry is ~2.9 KB)
+while the catalog has at most 250,000 agents, 1,024 above. At 10k agents the
+load's answers fall within 8,192 agents, so every hit is decoded already
+(1,024 entries held 28% of them; the other 72% cost a decode, and the churn
+the deallocation of an evicted entry: ~5% of a DISCOVER in process); at a
+million agents the answers spread over far more agents than either size
+holds, and two workers' 46 MB count against the memory target.
+
 Not thread-safe: the live index calls it under its lock, and decodes and
 reads the store outside it. Every re-index of an agent drops both of its
 entries (:meth:`forget`) and bumps ``generation``, so that a read that raced
@@ -26,13 +34,21 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-DICT_ENTRIES = 1024
+DICT_ENTRIES = 8192
+DICT_ENTRIES_LARGE = 1024  # decoded entries above LARGE_CATALOG agents
+LARGE_CATALOG = 250_000
 BLOB_BYTES = 16 << 20
 
 
 class FieldsCache:
-    def __init__(self, dict_entries: int = DICT_ENTRIES, blob_bytes: int = BLOB_BYTES) -> None:
+    def __init__(
+        self,
+        dict_entries: int = DICT_ENTRIES,
+        blob_bytes: int = BLOB_BYTES,
+        dict_entries_large: int = DICT_ENTRIES_LARGE,
+    ) -> None:
         self.dict_entries = dict_entries
+        self.dict_entries_large = dict_entries_large
         self.blob_bytes = blob_bytes
         self._dicts: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._blobs: OrderedDict[str, bytes] = OrderedDict()
@@ -69,15 +85,21 @@ class FieldsCache:
         return found, blobs, missing
 
     def keep(
-        self, decoded: dict[str, dict[str, Any]], blobs: dict[str, bytes], generation: int
+        self,
+        decoded: dict[str, dict[str, Any]],
+        blobs: dict[str, bytes],
+        generation: int,
+        agents: int = 0,
     ) -> None:
         """Keep what a lookup's caller decoded and read, unless an agent was
-        re-indexed since the lookup (``generation`` moved)."""
+        re-indexed since the lookup (``generation`` moved); ``agents``: the
+        catalog's size, which sizes the decoded tier."""
         if generation != self.generation:
             return
         dicts, stored = self._dicts, self._blobs
         dicts.update(decoded)
-        while len(dicts) > self.dict_entries:
+        cap = self.dict_entries if agents <= LARGE_CATALOG else self.dict_entries_large
+        while len(dicts) > cap:
             dicts.popitem(last=False)
         for cid, blob in blobs.items():
             old = stored.get(cid)

@@ -166,5 +166,5 @@ class LiveIndex:
                 read[cid] = blob
         out.update(decoded)
         with self.lock:
-            cache.keep(decoded, read, gen)
+            cache.keep(decoded, read, gen, len(self.registry))
         return out

@@ -88,7 +88,7 @@ class FacetCache:
                 need.append((i, cid, hit))
         if need and stored is not None:
             digests = {cid: int(table.digest[slots[i]]) for i, cid, _ in need}
-            found = stored.get({c: d for c, d in digests.items() if d})
+            found = stored.get({c: d for c, d in digests.items() if d}, len(table.id_of))
             for i, cid, _ in need:
                 if cid in found:  # the file keeps recently read rows itself
                     sums[i] = found[cid]

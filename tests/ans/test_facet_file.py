@@ -122,6 +122,21 @@ def test_rows_read_are_kept_in_memory_bounded_and_dropped_when_forgotten(tmp_pat
     assert sorted(f.get({"c": 33})) == ["c"]
 
 
+def test_fewer_rows_are_kept_in_memory_for_a_large_catalog(tmp_path: Path) -> None:
+    from ans.index.facet_file import LARGE_CATALOG
+
+    path = tmp_path / "f.sqlite"
+    row = len(FACETS) * (4 + 2 * DIM)
+    f = FacetFile(path, "model-a", DIM, cache_bytes=8 * row)
+    f.put([(d, sums(d)) for d in range(1, 10)])
+    wanted = {f"a{d}": d for d in range(1, 9)}
+    assert len(f.get(wanted, agents=LARGE_CATALOG)) == 8
+    assert len(f._rows) == 8
+    wanted["a9"] = 9  # the catalog grew; the next read trims what is kept
+    assert len(f.get(wanted, agents=LARGE_CATALOG + 1)) == 9  # served all the same
+    assert list(f._rows) == [8, 9]  # a quarter kept, the most recent
+
+
 def test_rows_decoded_together_are_each_row_decoded_alone_bit_for_bit() -> None:
     rng = np.random.default_rng(3)
     rows = [encode(rng.normal(size=(len(FACETS), DIM)).astype(np.float32) * 10.0 ** k)

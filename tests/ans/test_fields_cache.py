@@ -32,6 +32,21 @@ def test_a_decoded_entry_falls_back_to_its_bytes_then_to_a_miss() -> None:
     assert missing == ["d"]
 
 
+def test_the_decoded_tier_shrinks_for_a_large_catalog() -> None:
+    from ans.core.fields_cache import LARGE_CATALOG
+
+    cache = FieldsCache(dict_entries=3, blob_bytes=10_000, dict_entries_large=1)
+    decoded, blobs = {}, {}
+    for cid in ("a", "b", "c"):
+        decoded[cid], blobs[cid] = doc(cid)
+    cache.keep(decoded, blobs, cache.generation, agents=LARGE_CATALOG)
+    assert sorted(cache.lookup(["a", "b", "c"])[0]) == ["a", "b", "c"]
+    cache.keep({}, {}, cache.generation, agents=LARGE_CATALOG + 1)  # the catalog grew
+    found, held, _ = cache.lookup(["a", "b", "c"])
+    assert sorted(found) == ["c"]
+    assert sorted(cid for cid, _ in held) == ["a", "b"]  # still as bytes
+
+
 def test_bytes_are_bounded_and_the_least_recent_go_first() -> None:
     one = len(doc("a", 100)[1])
     cache = FieldsCache(dict_entries=0, blob_bytes=3 * one)
