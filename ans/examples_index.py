@@ -173,10 +173,14 @@ class ExampleBlocks:
         }
 
     @classmethod
-    def restore(cls, dims: int, arrays: dict[str, npt.NDArray[np.generic]]) -> ExampleBlocks:
+    def restore(
+        cls, dims: int, arrays: dict[str, npt.NDArray[np.generic]], used: int | None = None
+    ) -> ExampleBlocks:
+        """``used``: how many of the rows are examples (the rest room to grow;
+        default all)."""
         ex = cls(dims)
         ex.rows = QRows.restore(dims, "ex", arrays)
-        ex._used = len(ex.rows)
+        ex._used = len(ex.rows) if used is None else used
         ex._start = np.asarray(arrays["ex_start"], dtype=np.int64)
         ex._count = np.asarray(arrays["ex_count"], dtype=np.int32)
         ex._live = int(ex._count.sum())

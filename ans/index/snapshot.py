@@ -104,6 +104,45 @@ def write(
         raise
 
 
+# The row arrays a snapshot restores with room to grow: the int8 rows of
+# context, capability and examples, and their scales.
+ROOMY = frozenset(f"{p}_{k}" for p in ("ctx", "cap", "ex") for k in ("codes", "scale"))
+READ_CHUNK = 16 << 20
+
+
+def _with_room(npz: Any, key: str) -> tuple[npt.NDArray[Any], int]:
+    """The array ``key`` of the snapshot in an array with room for as many rows
+    again (zeros), and how many rows it holds.
+
+    The first agent a process adds beyond the restored rows would otherwise
+    copy every row into an array twice the size (QRows.reserve): at 1M agents
+    ~0.9 GB written by every worker of ``ans serve --workers`` on its first
+    ACTIVATE (its private copy, where the restored rows were shared with the
+    supervisor). Read here, before the fork, the rows are written once and
+    shared; the room stays zero pages the kernel has not allocated until a row
+    is written. Read in chunks straight into the array: no second copy of the
+    rows is ever held."""
+    with npz.zip.open(f"{key}.npy") as f:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        else:
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        if fortran or dtype.hasobject or not shape:
+            array = npz[key]
+            return array, len(array)
+        n = shape[0]
+        out = np.zeros((max(64, 2 * n), *shape[1:]), dtype=dtype)
+        view = memoryview(out[:n].reshape(-1).view(np.uint8).data)
+        done = 0
+        while done < len(view):
+            got = f.readinto(view[done : done + READ_CHUNK])
+            if not got:
+                raise ValueError(f"snapshot array {key} is truncated")
+            done += got
+        return out, n
+
+
 def read(directory: Path, embedder: Embedder) -> Snapshot | None:
     """The slot table saved in ``directory``, or None when the snapshot is of
     another format or embedder, or inconsistent. A damaged one raises one of
@@ -116,9 +155,16 @@ def read(directory: Path, embedder: Embedder) -> Snapshot | None:
     ):
         return None
     # np.load gives each array its own (writable) memory: restored as is,
-    # never copied again (a 1M-agent index is 1.6 GB of arrays)
+    # never copied again (a 1M-agent index is 1.6 GB of arrays). The rows
+    # are read into arrays with room for as many rows again (see _with_room).
+    rows: dict[str, int] = {}
     with np.load(directory / "arrays.npz", allow_pickle=False) as npz:
-        arrays = {k: npz[k] for k in npz.files}
+        arrays = {}
+        for k in npz.files:
+            if k in ROOMY:
+                arrays[k], rows[k] = _with_room(npz, k)
+            else:
+                arrays[k] = npz[k]
     meta: dict[str, Any] = doc.get("meta") or {}
     for k in doc.get("meta_arrays") or ():
         meta[k] = arrays.pop(META_ARRAY + k)
@@ -147,8 +193,11 @@ def read(directory: Path, embedder: Embedder) -> Snapshot | None:
         doc["lex_keys"],
         {k[4:]: v for k, v in arrays.items() if k.startswith("lex_")},
     )
-    table.examples = ExampleBlocks.restore(doc["example_dims"], arrays)
-    if not (len(table.ctx) == len(table.cap) == len(table.has_examples) == len(table.digest) == n):
+    table.examples = ExampleBlocks.restore(doc["example_dims"], arrays, rows.get("ex_scale"))
+    if not (
+        rows.get("ctx_scale") == rows.get("cap_scale") == len(table.has_examples)
+        == len(table.digest) == n
+    ):
         return None
     table.id_of = ids
     table.slot_of = {c: s for s, c in enumerate(ids) if c is not None}

@@ -409,6 +409,43 @@ def test_exact_snapshot_round_trip(tmp_path: Path, embedder: Any) -> None:
     assert profiles[3].canonical_id in again.query(QUERIES[1], None).above(0.0)
 
 
+def test_a_loaded_index_takes_new_agents_into_its_room_without_copying_its_rows(
+    tmp_path: Path, embedder: Any
+) -> None:
+    """The rows are restored with room for as many again (before a fork they
+    are then shared): the first new agents are written into that room, the
+    restored rows are never copied into a larger array, and what is saved
+    after is the rows in use only."""
+    profiles = make_profiles(60)
+    idx = CapabilityIndex(embedder)
+    idx.upsert_many(list(zip(profiles[:50], idx.embed_profiles(profiles[:50]), strict=True)))
+    idx.save(tmp_path / "ix", {})
+    loaded = CapabilityIndex.load(tmp_path / "ix", embedder)
+    assert loaded is not None
+    again = loaded[0]
+    table = again._table
+    held = {
+        "ctx": table.ctx.codes, "cap": table.cap.codes, "ex": table.examples.rows.codes,
+    }
+    assert len(table.ctx) >= 2 * 50 and len(table.cap) >= 2 * 50
+    before = again.query(QUERIES[1], None).above(0.0)
+    for p in profiles[50:]:
+        again.upsert(p)
+    assert table.ctx.codes is held["ctx"] and table.cap.codes is held["cap"]
+    assert table.examples.rows.codes is held["ex"]
+    want = CapabilityIndex(embedder)
+    want.upsert_many(list(zip(profiles, want.embed_profiles(profiles), strict=True)))
+    got = again.query(QUERIES[1], None).above(0.0)
+    assert got == want.query(QUERIES[1], None).above(0.0)
+    assert set(before) <= set(got) | {p.canonical_id for p in profiles[50:]}
+    again.save(tmp_path / "ix2", {})
+    with np.load(tmp_path / "ix2" / "arrays.npz") as npz:
+        assert len(npz["ctx_scale"]) == len(npz["ctx_codes"]) == 60
+    reloaded = CapabilityIndex.load(tmp_path / "ix2", embedder)
+    assert reloaded is not None
+    assert reloaded[0].query(QUERIES[1], None).above(0.0) == got
+
+
 def test_unusable_snapshots_are_refused(tmp_path: Path, embedder: Any) -> None:
     assert CapabilityIndex.load(tmp_path / "absent", embedder) is None
     idx = CapabilityIndex(embedder)
