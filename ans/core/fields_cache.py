@@ -34,9 +34,11 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
+# the catalog size above which a worker's caches shrink: the facet file's too
+from ..index.facet_file import LARGE_CATALOG
+
 DICT_ENTRIES = 8192
 DICT_ENTRIES_LARGE = 1024  # decoded entries above LARGE_CATALOG agents
-LARGE_CATALOG = 250_000
 BLOB_BYTES = 16 << 20
 
 

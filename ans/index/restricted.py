@@ -6,10 +6,10 @@ reads the per-facet sums of its candidates from the facet-sums file
 (:mod:`.facet_file`, which keeps the rows it read recently in memory),
 re-embedding from their profiles only what the file lacks (or, with no file,
 everything), and keeps what it embedded in a small LRU cache keyed by (agent,
-generation). Owns
-that cache, the facet mask of a set of allowed domains, and the narrowing of a
-restricted query's candidates to the :data:`RESTRICTED_RERANK` best by the
-all-facet score (so only those are scored over their allowed facets).
+generation). Owns that cache, the facet mask of a set of allowed domains, and
+the narrowing of a restricted query's candidates to the
+:data:`RESTRICTED_RERANK` best by the all-facet score (so only those are
+scored over their allowed facets).
 """
 
 from __future__ import annotations
