@@ -101,13 +101,22 @@ class AnnIndex:
         """The ids of the (approximately) k best matches of every query, flattened
         query by query, in no particular order within a query (missing hits
         dropped)."""
+        return self.search_floors(queries, k)[0]
+
+    def search_floors(self, queries: Vectors, k: int) -> tuple[Ids, Vectors]:
+        """:meth:`search`, and per query the lowest score it kept when it had
+        more than ``k`` hits to choose from (-inf when it kept every hit): the
+        score another source's vector must reach to have been among them."""
+        floors: Vectors = np.full(len(queries), -np.inf, dtype=np.float32)
         if len(self) == 0 or len(queries) == 0:
-            return np.zeros(0, dtype=np.int64)
+            return np.zeros(0, dtype=np.int64), floors
         q = np.ascontiguousarray(queries, dtype=np.float32)
         if k < HEAP_K_MAX:
-            _, ids = self._index.search(q, k)
+            dist, ids = self._index.search(q, k)
+            full = ids[:, -1] >= 0
+            floors[full] = dist[full, -1]
             flat: Ids = ids.ravel()
-            return flat[flat >= 0]
+            return flat[flat >= 0], floors
         # Every probed code, then the best k of each query by top_k (a sampled
         # threshold, then a partition of what passes it): for k in the hundreds
         # FAISS's result heap costs more than the scan (158 vs 117 us per query
@@ -117,8 +126,12 @@ class AnnIndex:
         out: list[Ids] = []
         for i in range(len(q)):
             d, got = dist[lims[i] : lims[i + 1]], found[lims[i] : lims[i + 1]]
-            out.append(got if len(got) <= k else got[top_k(d, k)])
-        return np.concatenate(out).astype(np.int64, copy=False)
+            if len(got) > k:
+                best = top_k(d, k)
+                floors[i] = d[best].min()
+                got = got[best]
+            out.append(got)
+        return np.concatenate(out).astype(np.int64, copy=False), floors
 
     def save(self, path: Path) -> None:
         faiss.write_index(self._index, str(path))

@@ -27,6 +27,20 @@ from .scoring import LexicalHits, TagPasses
 from .select import top_k
 from .slots import Slots, SlotTable
 
+# New agents are kept out of the inverted lists until there are this many
+# (at least PENDING_MIN, else a 64th of the catalog): they are scanned exactly
+# instead (:meth:`AnnMode.candidates`). Adding one agent to FAISS reallocates
+# its whole inverted list, and with ``--workers`` every worker does so in its own
+# memory: at 1M agents, 300 ACTIVATEs grew each worker by ~280 MB of list copies
+# (docs/query-profile.md, fourteenth round). Scanning a 64th of the rows costs
+# about a 64th of an exhaustive scan.
+PENDING_MIN = 2048
+PENDING_SHARE = 64
+# A pending agent joins a query text's candidates when its exact similarity
+# reaches the lowest one FAISS kept for that text, less this (FAISS scores 8-bit
+# codes, the pending rows are int8 rows of their own scale).
+PENDING_SLACK = 0.01
+
 
 class AnnMode:
     """The approximate indices (None in exact mode); not thread-safe, callers lock."""
@@ -35,21 +49,46 @@ class AnnMode:
         self.settings = settings
         self.cap: AnnIndex | None = None
         self.built_for = 0  # agents the approximate index was sized for
+        # slots placed since the lists were built and not in them (ordered set)
+        self.pending: dict[int, None] = {}
+        self._pending_slots: Slots | None = None  # ``pending`` as an array, when read
 
     @property
     def active(self) -> bool:
         return self.cap is not None
 
+    def pending_max(self, live: int) -> int:
+        return max(PENDING_MIN, live // PENDING_SHARE)
+
     def add(self, table: SlotTable, slots: Sequence[int]) -> None:
-        """Index freshly placed slots (approximate mode only)."""
-        if self.cap is None or not slots:
+        """Index freshly placed slots (approximate mode only): pending, until
+        there are more than :meth:`pending_max` of them."""
+        if self.cap is None or not len(slots):
             return
-        arr = np.asarray(slots, dtype=np.int64)
-        self.cap.add(table.cap.get(arr), arr)
+        self.pending.update(dict.fromkeys(int(s) for s in slots))
+        self._pending_slots = None
+        if len(self.pending) > self.pending_max(len(table)):
+            self.merge(table)
+
+    def merge(self, table: SlotTable) -> None:
+        """Add the pending slots to the inverted lists."""
+        if self.cap is not None and self.pending:
+            arr = np.fromiter(self.pending, dtype=np.int64, count=len(self.pending))
+            self.cap.add(table.cap.get(arr), arr)
+        self._clear_pending()
+
+    def _clear_pending(self) -> None:
+        self.pending.clear()
+        self._pending_slots = None
 
     def forget(self, table: SlotTable, slot: int) -> None:
         """Drop a slot before the table clears it (approximate mode only)."""
-        if self.cap is not None:
+        if self.cap is None:
+            return
+        if slot in self.pending:
+            del self.pending[slot]
+            self._pending_slots = None
+        else:
             self.cap.remove(np.array([slot], dtype=np.int64))
 
     def maybe_switch(self, table: SlotTable) -> None:
@@ -60,6 +99,7 @@ class AnnMode:
             self.build(table)  # the inverted lists were sized for a quarter of this
         elif self.cap is not None and n <= self.settings.exact_max // 2:
             self.cap = None  # back to exhaustive (with hysteresis)
+            self._clear_pending()
 
     def build(self, table: SlotTable) -> None:
         """(Re)build the approximate indices over every indexed agent."""
@@ -69,21 +109,56 @@ class AnnMode:
             return
         self.built_for = len(slots)
         self.cap = AnnIndex.build(table.dim, table.cap.get(slots), slots, self.settings)
+        self._clear_pending()
 
     def save(self, directory: Path) -> None:
+        """The inverted lists (the pending slots go in the snapshot's document)."""
         if self.cap is not None:
             self.cap.save(directory / "capability.faiss")
 
-    def load(self, directory: Path, built_for: int) -> None:
-        """The saved capability index (a snapshot from before 2026-11-26 also
-        holds an example index, ``examples.faiss``: nothing reads it now)."""
+    def load(
+        self, directory: Path, built_for: int, pending: Sequence[int] = ()
+    ) -> None:
+        """The saved capability index and the slots that were pending (a
+        snapshot from before 2026-11-26 also holds an example index,
+        ``examples.faiss``: nothing reads it now)."""
         self.cap = AnnIndex.load(directory / "capability.faiss", self.settings.nprobe)
         self.built_for = built_for
+        self.pending = dict.fromkeys(int(s) for s in pending)
+        self._pending_slots = None
 
-    def nearest(self, capability: Vectors) -> Slots:
+    def _pending_array(self) -> Slots:
+        if self._pending_slots is None:
+            self._pending_slots = np.fromiter(
+                self.pending, dtype=np.int64, count=len(self.pending)
+            )
+        return self._pending_slots
+
+    def _pending_hits(
+        self, table: SlotTable, qv: Vectors, floors: Vectors, k: int
+    ) -> list[Slots]:
+        """Per query vector, the pending slots whose exact similarity reaches
+        what FAISS kept (``floors``, less PENDING_SLACK), at most k of them."""
+        if not self.pending:
+            return []
+        pend = self._pending_array()
+        sims = table.cap.scan_rows(qv, pend)
+        out: list[Slots] = []
+        for j in range(len(qv)):
+            col = sims[:, j]
+            keep = np.flatnonzero(col >= floors[j] - PENDING_SLACK)
+            if len(keep) > k:
+                keep = keep[top_k(col[keep], k)]
+            out.append(pend[keep])
+        return out
+
+    def nearest(self, table: SlotTable, capability: Vectors) -> Slots:
         """The slots nearest one capability vector (routing equivalence)."""
         assert self.cap is not None
-        out: Slots = np.unique(self.cap.search(capability[None, :], 4 * self.settings.candidates))
+        k = 4 * self.settings.candidates
+        q = capability[None, :]
+        hits, floors = self.cap.search_floors(q, k)
+        out: Slots = np.unique(np.concatenate([hits, *self._pending_hits(table, q, floors, k)]))
         return out
 
     def candidates(
@@ -103,7 +178,9 @@ class AnnMode:
         qv = q[q.any(axis=1)]  # an empty text's vector is all zero
         if len(qv):
             if self.cap is not None:
-                parts.append(self.cap.search(qv, k))
+                hits, floors = self.cap.search_floors(qv, k)
+                parts.append(hits)
+                parts.extend(self._pending_hits(table, qv, floors, k))
             else:  # exact mode, capability_domains query: exact top-k by flat scan
                 sims = table.cap.scan(qv, n)
                 for col in sims.T:

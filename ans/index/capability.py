@@ -500,7 +500,7 @@ class CapabilityIndex:
             )
             idx._table = snap.table
             if snap.approximate:
-                idx._ann.load(directory, snap.ann_built_for)
+                idx._ann.load(directory, snap.ann_built_for, snap.ann_pending)
             elif len(snap.table) > idx.settings.exact_max:
                 idx.build_ann()
             idx.dirty = False

@@ -58,7 +58,7 @@ def equivalence(
     if among is not None:
         slots = table.slots_of(among)
     elif ann.active:
-        slots = ann.nearest(capability)
+        slots = ann.nearest(table, capability)
     else:
         slots = table.live_slots()
     n = len(slots)

@@ -13,7 +13,7 @@ import os
 import shutil
 import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,7 @@ class Snapshot:
     table: SlotTable
     approximate: bool  # the FAISS files are in the directory
     ann_built_for: int
+    ann_pending: list[int]  # live slots not in the FAISS lists (AnnMode.pending)
     meta: dict[str, Any]
 
 
@@ -79,6 +80,7 @@ def write(
         "lex_keys": table.lexical.postings.keys,
         "approximate": ann.active,
         "ann_built_for": ann.built_for,
+        "ann_pending": list(ann.pending),
         "meta": {k: v for k, v in meta.items() if k not in extra},
         "meta_arrays": extra,
     }
@@ -210,5 +212,12 @@ def read(directory: Path, embedder: Embedder) -> Snapshot | None:
         table,
         bool(doc.get("approximate")),
         int(doc.get("ann_built_for") or len(table.slot_of)),
+        _live(doc.get("ann_pending") or (), ids),
         meta,
     )
+
+
+def _live(slots: Sequence[Any], ids: Sequence[str | None]) -> list[int]:
+    """The saved slots that hold an agent (the others are dropped)."""
+    out = [int(s) for s in slots]
+    return [s for s in out if 0 <= s < len(ids) and ids[s] is not None]

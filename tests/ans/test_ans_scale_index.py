@@ -238,11 +238,17 @@ def test_large_k_search_keeps_the_same_best_as_faiss_heap() -> None:
     queries = vecs[:5] + 0.1
     sizes = set()
     for k in (HEAP_K_MAX - 1, HEAP_K_MAX, 150, 300):
-        _, heap = ann._index.search(queries, k)
+        dist, heap = ann._index.search(queries, k)
         for i in range(5):
             want = heap[i][heap[i] >= 0]
             sizes.add((k, len(want)))
             assert sorted(ann.search(queries[i : i + 1], k).tolist()) == sorted(want.tolist())
+            # the floor: the k-th best score when there were more hits to cut, else -inf
+            _, (floor,) = ann.search_floors(queries[i : i + 1], k)
+            if len(want) == k and k < len(ann.search(queries[i : i + 1], 10**6)):
+                assert floor == pytest.approx(dist[i, -1], abs=1e-6)
+            else:
+                assert floor == -np.inf
         assert len(ann.search(queries, k)) == int((heap >= 0).sum())
     assert any(n == k for k, n in sizes if k >= HEAP_K_MAX)  # the cut at k was exercised
     assert any(n < k for k, n in sizes)  # and a query with fewer hits than k
@@ -277,6 +283,75 @@ def test_approximate_top_results_agree_with_exhaustive(
         for cid in a[:5]:
             assert approx.score(cid) == exact.score(cid)
     assert np.mean(overlap) >= 0.9, overlap
+
+
+def test_new_agents_wait_outside_the_inverted_lists_and_rank_as_exhaustive_scoring_does(
+    tmp_path: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent added to the approximate index is kept out of FAISS's lists
+    (adding one copies its whole list, in every worker) and found by an exact
+    scan of the pending rows instead, until more than ``pending_max`` wait;
+    removal, re-activation, snapshots and the merge keep the two apart."""
+    monkeypatch.setattr("ans.index.approximate.PENDING_MIN", 40)
+    profiles = make_profiles(1560, seed=11)
+    settings = AnnSettings(exact_max=400, candidates=64, nprobe=8)
+    idx = CapabilityIndex(embedder, settings=settings)
+    idx.upsert_many(list(zip(profiles[:1500], idx.embed_profiles(profiles[:1500]), strict=True)))
+    ann = idx._ann
+    assert ann.cap is not None and len(ann.cap) == 1500 and not ann.pending
+    new = profiles[1500:1530]
+    for p in new:
+        idx.upsert(p)
+    assert len(ann.cap) == 1500 and len(ann.pending) == 30
+    # from the vectors alone (no BM25, no tags): every pending agent in a query
+    # text's exact top k is among its candidates
+    t = idx._table
+    n = len(t.id_of)
+    qv = idx.query_vectors([*QUERIES, *(p.facets["description"] for p in new[:10])])
+    cand = set(ann.candidates(t, qv, [], [], n).tolist())
+    sims = t.cap.scan(qv, n)
+    waiting = np.array(sorted(ann.pending), dtype=np.int64)
+    k = settings.candidates_at(len(t))
+    reached = 0
+    for j in range(len(qv)):
+        kth = np.sort(sims[t.alive[:n], j])[-k]
+        want = waiting[sims[waiting, j] >= kth]
+        assert set(want.tolist()) <= cand, j
+        reached += len(want)
+    assert reached >= 10
+    new_ids = {p.canonical_id for p in new}
+    found = 0
+    for q in [*QUERIES, *(p.facets["description"] for p in new[:10])]:
+        want = set(top(idx, q, 20, exhaustive=True)) & new_ids
+        assert want <= set(top(idx, q, 20)), q
+        found += len(want)
+    assert found >= 10  # the new agents do rank
+    # a pending agent removed is gone; one from the lists re-activated moves out of them
+    gone = new[0].canonical_id
+    idx.remove(gone)
+    assert len(ann.pending) == 29 and gone not in idx.query(new[0].facets["description"], None).ids
+    idx.upsert(profiles[0])
+    assert len(ann.cap) == 1499 and len(ann.pending) == 30
+    # the snapshot keeps which agents wait
+    before = {q: top(idx, q, 20) for q in QUERIES}
+    idx.save(tmp_path / "ix", {})
+    by_id = {p.canonical_id: p for p in profiles}
+    loaded = CapabilityIndex.load(
+        tmp_path / "ix",
+        embedder,
+        settings=settings,
+        profile_source=lambda ids: {c: by_id[c] for c in ids if c in by_id},
+    )
+    assert loaded is not None
+    again = loaded[0]
+    assert again._ann.cap is not None and len(again._ann.cap) == 1499
+    assert sorted(again._ann.pending) == sorted(ann.pending)
+    assert {q: top(again, q, 20) for q in QUERIES} == before
+    # past the bound, every waiting agent is merged into the lists at once
+    for p in profiles[1530:1541]:
+        again.upsert(p)
+    assert len(again._ann.cap) == 1499 + 41 and not again._ann.pending
+    assert len(again) == 1540
 
 
 def test_removed_agents_leave_the_approximate_index(
