@@ -247,7 +247,7 @@ def instrument(stages: Stages) -> None:
     w(LexicalIndex, "accumulate_many", "lexical")
     w(cap, "tag_scores", "tags")
     w(AnnMode, "candidates", "candidates")
-    w(AnnIndex, "search", "faiss")
+    w(AnnIndex, "search_floors", "faiss")
     w(approximate, "top_touched", "topk")
     w(cap.CapabilityIndex, "_similarities", "similarities")
     w(QRows, "scan_rows", "int8_rows")
