@@ -31,7 +31,7 @@ from .slots import Slots, SlotTable
 # (at least PENDING_MIN, else a 64th of the catalog): they are scanned exactly
 # instead (:meth:`AnnMode.candidates`). Adding one agent to FAISS reallocates
 # its whole inverted list, and with ``--workers`` every worker does so in its own
-# memory: at 1M agents, 300 ACTIVATEs grew each worker by ~280 MB of list copies
+# memory: at 1M agents, 300 ACTIVATEs grew each worker by ~160 MB of list copies
 # (docs/query-profile.md, fourteenth round). Scanning a 64th of the rows costs
 # about a 64th of an exhaustive scan.
 PENDING_MIN = 2048
