@@ -379,6 +379,7 @@ def import_files(
                 workers=workers,
                 progress=progress,
             )
+            service.matcher.merge_pending()  # no workers here: the lists grow once, saved
             report.snapshot = service.save_snapshot(config.data_dir / INDEX_DIR, force=True)
             codes: dict[str, int] = {}
             for r in report.refused:

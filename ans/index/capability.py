@@ -90,6 +90,7 @@ class CapabilityMatcher(Protocol):
     def upsert(self, profile: CapabilityProfile, vectors: ProfileVectors | None = None) -> None: ...
     def upsert_many(self, items: Sequence[tuple[CapabilityProfile, ProfileVectors]]) -> None: ...
     def settle(self) -> None: ...
+    def merge_pending(self) -> int: ...
     def warm(self) -> None: ...
     @property
     def batches_scans(self) -> bool: ...
@@ -250,6 +251,16 @@ class CapabilityIndex:
         (:meth:`SlotTable.settle`)."""
         with self._lock:
             self._table.settle()
+
+    def merge_pending(self) -> int:
+        """Put the agents waiting outside the approximate index's lists into
+        them (:class:`.approximate.AnnMode`); how many. For an offline writer
+        (``ans import``) before its snapshot: a server's workers keep them
+        pending rather than each copying the lists."""
+        with self._lock:
+            waiting = len(self._ann.pending)
+            self._ann.merge(self._table)
+            return waiting
 
     def warm(self) -> None:
         """Settle pending merges and pack what exhaustive scans read (:meth:`QRows.prepare`),

@@ -32,6 +32,7 @@ from ans.protocol.messages import (
 )
 from ans.protocol.scope import parse_authority_scope
 
+from ans.ann import AnnSettings
 from ans.cli import main as cli_main
 from ans.config import Config
 from ans.datadir_lock import DataDirBusy, DataDirLock
@@ -101,6 +102,30 @@ def comparable(result: dict[str, Any]) -> dict[str, Any]:
 
 def audit_records(data: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (data / "audit.jsonl").read_text().splitlines()]
+
+
+def test_an_import_puts_every_agent_into_the_approximate_lists_before_its_snapshot(
+    tmp_path: Path,
+    embedder: Any,
+    gov_key: SigningKey,
+    catalog: list[dict[str, Any]],
+) -> None:
+    """A served index keeps new agents outside FAISS's lists (each worker would
+    copy a list per agent); ``ans import`` has no workers, so the snapshot it
+    writes holds every agent in the lists and none waiting."""
+    src = write_jsonl(tmp_path / "agents.jsonl", catalog)
+    settings = AnnSettings(exact_max=60, candidates=16, nprobe=4, train_size=60)
+    cfg = Config(
+        data_dir=tmp_path / "imp", index=settings, governance_jwks=(jwks_file(tmp_path, gov_key),)
+    )
+    report = import_files(cfg, [src], batch=20, workers=1)
+    assert report.imported == len(catalog) > 2 * settings.exact_max
+    doc = json.loads((cfg.data_dir / "index" / "index.json").read_text())
+    assert doc["approximate"] is True and doc["ann_pending"] == []
+    loaded = CapabilityIndex.load(cfg.data_dir / "index", embedder, settings=settings)
+    assert loaded is not None
+    cap = loaded[0]._ann.cap
+    assert cap is not None and len(cap) == len(catalog)
 
 
 @pytest.fixture
