@@ -31,7 +31,11 @@ from .int8_rows import QRows
 from .profiles import FACETS
 from .slots import SlotTable
 
-SNAPSHOT_FORMAT = 1
+# 2: the FAISS lists may leave out agents that wait (``ann_pending``, AnnMode);
+# code that reads only format 1 would lose those, so it refuses format 2 and
+# rebuilds. Format 1 is read as "none waiting".
+SNAPSHOT_FORMAT = 2
+READABLE_FORMATS = (1, 2)
 # A numpy value of the caller's meta is saved as this array (not in the JSON).
 META_ARRAY = "meta_"
 # Read back into the meta: the canonical id of every slot as saved, in slot order.
@@ -151,7 +155,7 @@ def read(directory: Path, embedder: Embedder) -> Snapshot | None:
     :data:`LOAD_ERRORS`. The FAISS files, if any, are the caller's to load."""
     doc = orjson.loads((directory / "index.json").read_bytes())
     if (
-        doc.get("format") != SNAPSHOT_FORMAT
+        doc.get("format") not in READABLE_FORMATS
         or doc.get("dim") != embedder.dim
         or doc.get("embedder") != embedder_fingerprint(embedder)
     ):

@@ -3,6 +3,7 @@ approximate (FAISS) mode against the exhaustive path, snapshots."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -519,6 +520,27 @@ def test_a_loaded_index_takes_new_agents_into_its_room_without_copying_its_rows(
     reloaded = CapabilityIndex.load(tmp_path / "ix2", embedder)
     assert reloaded is not None
     assert reloaded[0].query(QUERIES[1], None).above(0.0) == got
+
+
+def test_a_format_1_snapshot_loads_with_no_agent_waiting_and_a_newer_one_is_refused(
+    tmp_path: Path, big: tuple[CapabilityIndex, list[CapabilityProfile]], embedder: Any
+) -> None:
+    """Format 2 added the agents waiting outside the FAISS lists; a format-1
+    snapshot (written before) has none and still loads; an unknown format is
+    refused (rebuilt from the store)."""
+    idx, profiles = big
+    by_id = {p.canonical_id: p for p in profiles}
+    directory = tmp_path / "index"
+    idx.save(directory, {})
+    doc = json.loads((directory / "index.json").read_text())
+    assert doc["format"] == 2
+    old = {k: v for k, v in doc.items() if k != "ann_pending"} | {"format": 1}
+    (directory / "index.json").write_text(json.dumps(old))
+    source = lambda ids: {c: by_id[c] for c in ids if c in by_id}  # noqa: E731
+    loaded = CapabilityIndex.load(directory, embedder, settings=idx.settings, profile_source=source)
+    assert loaded is not None and loaded[0].approximate and loaded[0]._ann.pending == {}
+    (directory / "index.json").write_text(json.dumps(doc | {"format": 3}))
+    assert CapabilityIndex.load(directory, embedder, settings=idx.settings) is None
 
 
 def test_unusable_snapshots_are_refused(tmp_path: Path, embedder: Any) -> None:
