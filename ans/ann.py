@@ -105,8 +105,9 @@ class AnnIndex:
 
     def search_floors(self, queries: Vectors, k: int) -> tuple[Ids, Vectors]:
         """:meth:`search`, and per query the lowest score it kept when it had
-        more than ``k`` hits to choose from (-inf when it kept every hit): the
-        score another source's vector must reach to have been among them."""
+        to choose (-inf when it kept every hit): the score another source's
+        vector must reach to have been among them. Below HEAP_K_MAX FAISS's
+        heap cannot tell exactly k hits from more: k found sets the floor."""
         floors: Vectors = np.full(len(queries), -np.inf, dtype=np.float32)
         if len(self) == 0 or len(queries) == 0:
             return np.zeros(0, dtype=np.int64), floors
