@@ -34,8 +34,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-# the catalog size above which a worker's caches shrink: the facet file's too
-from ..index.facet_file import LARGE_CATALOG
+# the catalog size above which a worker's caches shrink (the facet file's too),
+# named here as well for the callers that size this cache
+from ..index.facet_file import LARGE_CATALOG as LARGE_CATALOG
+from ..index.facet_file import catalog_sized
 
 DICT_ENTRIES = 8192
 DICT_ENTRIES_LARGE = 1024  # decoded entries above LARGE_CATALOG agents
@@ -100,7 +102,7 @@ class FieldsCache:
             return
         dicts, stored = self._dicts, self._blobs
         dicts.update(decoded)
-        cap = self.dict_entries if agents <= LARGE_CATALOG else self.dict_entries_large
+        cap = catalog_sized(self.dict_entries, self.dict_entries_large, agents)
         while len(dicts) > cap:
             dicts.popitem(last=False)
         for cid, blob in blobs.items():

@@ -73,7 +73,7 @@ class AnnMode:
     def merge(self, table: SlotTable) -> None:
         """Add the pending slots to the inverted lists."""
         if self.cap is not None and self.pending:
-            arr = np.fromiter(self.pending, dtype=np.int64, count=len(self.pending))
+            arr = self._pending_array()
             self.cap.add(table.cap.get(arr), arr)
         self._clear_pending()
 

@@ -61,6 +61,14 @@ PAGE_SIZE = 16384
 # count against the memory target, and fewer rows repeat.
 ROW_CACHE_BYTES = 16 * 1024 * 1024
 LARGE_CATALOG = 250_000
+
+
+def catalog_sized(small: int, large: int, agents: int) -> int:
+    """A worker cache's bound for a catalog of ``agents``: ``small`` up to
+    LARGE_CATALOG agents, ``large`` above (the fields cache uses it too)."""
+    return small if agents <= LARGE_CATALOG else large
+
+
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "DROP TABLE IF EXISTS sums",  # the layout of development builds (keyed by id)
@@ -256,7 +264,7 @@ class FacetFile:
                     self._rows[digest] = blob
                     keys.append(digest)
                     blobs.append(blob)
-                cap = self._rows_max if agents <= LARGE_CATALOG else self._rows_max // 4
+                cap = catalog_sized(self._rows_max, self._rows_max // 4, agents)
                 while len(self._rows) > cap:
                     self._rows.popitem(last=False)
         # views of one array: a caller that keeps a row copies it
