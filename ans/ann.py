@@ -2,14 +2,26 @@
 
 The capability index picks its search by catalog size: up to ``exact_max``
 agents every query is scored exhaustively (a flat scan, exact); above it, the
-candidates of a query come from a FAISS inverted-file index with 8-bit scalar
-quantization (``IndexIVFScalarQuantizer``, inner product) over the unit
+candidates of a query come from a FAISS inverted-file index over the unit
 capability vectors (plus the best BM25 and tag hits), and only those
-candidates are scored. Recall of the approximate path against the exhaustive
-one is measured at k=50 on the real query path (``bench/index_scale.py``).
+candidates are scored, exactly, from the int8 rows. Recall of the approximate
+path against the exhaustive one is measured at k=50 on the real query path
+(``bench/index_scale.py``).
 
-Ids are the caller's int64 (a slot); a hashtable direct map makes removal
-O(1) per id.
+The lists hold 4-bit product-quantization codes of each vector's residual to
+its list's centroid, two dimensions per sub-quantizer, searched with FAISS's
+SIMD "fast scan" (``IndexIVFPQFastScan``). On the 100k benchmark catalog's
+capability vectors and 893 MetaTool query texts, keeping 512 hits a text
+(docs/query-profile.md, fifteenth round): this layout at ``nprobe`` 32 took
+105 µs a text for recall@50 0.982 of the exact top 50, where 8-bit scalar
+codes (``IndexIVFScalarQuantizer``) at ``nprobe`` 16 took 262 µs for 0.947 -
+decoding each scalar code bound that scan. The codes are a quarter the size.
+
+Ids are the caller's int64 (a slot). Fast-scan lists cannot remove one id
+through a direct map, and removing without one reads every list (~5 ms at 1M
+agents), so a removed id is only marked stale -- its hits are dropped from
+every search -- and the stale ids leave the lists together: when there are
+more than STALE_MAX, before any add (an id may come back) and before a save.
 """
 
 from __future__ import annotations
@@ -22,23 +34,21 @@ import faiss
 import numpy as np
 import numpy.typing as npt
 
-from .index.select import top_k
-
 Vectors = npt.NDArray[np.float32]
 Ids = npt.NDArray[np.int64]
 
 
 CANDIDATE_BASE = 100_000  # catalog size at which `candidates` applies as configured
 MAX_CANDIDATES = 10_000
-HEAP_K_MAX = 64  # from this k on, search() ranks a range search's hits itself
-EVERY_SCORE = float(np.finfo(np.float32).min)  # an inner-product radius every code passes
+STALE_MAX = 1024  # removed ids marked, not yet taken out of the lists
+PQ_BITS = 4  # fast scan's code size per sub-quantizer
 
 
 @dataclass(frozen=True, slots=True)
 class AnnSettings:
     exact_max: int = 20_000  # up to this many agents: exhaustive (exact) scoring
     candidates: int = 512  # per source and query text at CANDIDATE_BASE agents (see candidates_at)
-    nprobe: int = 16  # inverted lists visited per search (of ~sqrt(n))
+    nprobe: int = 32  # inverted lists visited per search (of ~sqrt(n))
     train_size: int = 40_000  # vectors sampled to train the coarse quantizer
     threads: int = 1  # FAISS threads (the server's event loop shares the cores)
     seed: int = 1234
@@ -58,44 +68,70 @@ def nlist_for(n: int) -> int:
     return int(min(4096, max(16, round(math.sqrt(max(n, 1))))))
 
 
+def sub_quantizers(dim: int) -> int:
+    """Two dimensions per 4-bit sub-quantizer (one per dimension for an odd dim)."""
+    return dim // 2 if dim % 2 == 0 else dim
+
+
 class AnnIndex:
-    """One IVF-SQ8 inner-product index. Not thread-safe; callers lock."""
+    """One IVF-PQ fast-scan inner-product index. Not thread-safe; callers lock."""
 
     def __init__(self, index: faiss.Index, nprobe: int) -> None:
         self._index = index
-        self.nprobe = nprobe
-        faiss.extract_index_ivf(index).nprobe = nprobe
+        ivf = faiss.extract_index_ivf(index)
+        # never more than there are lists: fast scan then scores garbage (2e31)
+        self.nprobe = min(nprobe, int(ivf.nlist))
+        ivf.nprobe = self.nprobe
+        self._stale: set[int] = set()
+        self._stale_ids: Ids | None = None  # ``_stale`` as a sorted array, when read
 
     @classmethod
     def build(cls, dim: int, vectors: Vectors, ids: Ids, settings: AnnSettings) -> AnnIndex:
         faiss.omp_set_num_threads(max(1, settings.threads))
         nlist = nlist_for(len(vectors))
         quantizer = faiss.IndexFlatIP(dim)
-        index = faiss.IndexIVFScalarQuantizer(
-            quantizer, dim, nlist, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT
+        index = faiss.IndexIVFPQFastScan(
+            quantizer, dim, nlist, sub_quantizers(dim), PQ_BITS, faiss.METRIC_INNER_PRODUCT
         )
+        index.by_residual = True  # codes of the offset from the list's centroid
         index.cp.seed = settings.seed
+        index.pq.cp.seed = settings.seed
         rng = np.random.default_rng(settings.seed)
         sample_n = min(len(vectors), max(settings.train_size, 40 * nlist))
         sample = vectors[np.sort(rng.choice(len(vectors), sample_n, replace=False))]
         index.train(np.ascontiguousarray(sample, dtype=np.float32))
-        index.set_direct_map_type(faiss.DirectMap.Hashtable)  # type: ignore[attr-defined]
         ann = cls(index, settings.nprobe)
         ann.add(vectors, ids)
         return ann
 
     def __len__(self) -> int:
-        return int(self._index.ntotal)
+        return int(self._index.ntotal) - len(self._stale)
 
     def add(self, vectors: Vectors, ids: Ids) -> None:
         if len(ids):
+            self._flush()  # an id coming back must not meet its stale entry
             self._index.add_with_ids(
                 np.ascontiguousarray(vectors, dtype=np.float32), np.asarray(ids, dtype=np.int64)
             )
 
     def remove(self, ids: Ids) -> None:
+        """Mark the ids stale; they leave the lists in one pass (:meth:`_flush`)."""
         if len(ids):
-            self._index.remove_ids(np.asarray(ids, dtype=np.int64))  # type: ignore[arg-type]
+            self._stale.update(int(i) for i in ids)
+            self._stale_ids = None
+            if len(self._stale) > STALE_MAX:
+                self._flush()
+
+    def _flush(self) -> None:
+        if self._stale:
+            self._index.remove_ids(self._stale_array())  # type: ignore[arg-type]
+            self._stale.clear()
+            self._stale_ids = None
+
+    def _stale_array(self) -> Ids:
+        if self._stale_ids is None:
+            self._stale_ids = np.array(sorted(self._stale), dtype=np.int64)
+        return self._stale_ids
 
     def search(self, queries: Vectors, k: int) -> Ids:
         """The ids of the (approximately) k best matches of every query, flattened
@@ -106,38 +142,34 @@ class AnnIndex:
     def search_floors(self, queries: Vectors, k: int) -> tuple[Ids, Vectors]:
         """:meth:`search`, and per query the lowest score it kept when it had
         to choose (-inf when it kept every hit): the score another source's
-        vector must reach to have been among them. Below HEAP_K_MAX FAISS's
-        heap cannot tell exactly k hits from more: k found sets the floor."""
+        vector must reach to have been among them (FAISS cannot tell exactly
+        k hits from more: k found sets the floor). Stale ids count towards the
+        k, as they did when chosen, and are dropped from what is returned."""
         floors: Vectors = np.full(len(queries), -np.inf, dtype=np.float32)
         if len(self) == 0 or len(queries) == 0:
             return np.zeros(0, dtype=np.int64), floors
         q = np.ascontiguousarray(queries, dtype=np.float32)
-        if k < HEAP_K_MAX:
-            dist, ids = self._index.search(q, k)
-            full = ids[:, -1] >= 0
-            floors[full] = dist[full, -1]
-            flat: Ids = ids.ravel()
-            return flat[flat >= 0], floors
-        # Every probed code, then the best k of each query by top_k (a sampled
-        # threshold, then a partition of what passes it): for k in the hundreds
-        # FAISS's result heap costs more than the scan (158 vs 117 us per query
-        # text at 100k agents, k 512). The same set as search() but for ties at
-        # the k-th score (top_k keeps the earliest of them).
-        lims, dist, found = self._index.range_search(q, EVERY_SCORE)
-        out: list[Ids] = []
-        for i in range(len(q)):
-            d, got = dist[lims[i] : lims[i + 1]], found[lims[i] : lims[i + 1]]
-            if len(got) > k:
-                best = top_k(d, k)
-                floors[i] = d[best].min()
-                got = got[best]
-            out.append(got)
-        return np.concatenate(out).astype(np.int64, copy=False), floors
+        dist, ids = self._index.search(q, k)
+        full = ids[:, -1] >= 0
+        floors[full] = dist[full, -1]
+        flat: Ids = ids.ravel()
+        keep = flat >= 0
+        if self._stale:
+            keep &= ~np.isin(flat, self._stale_array())
+        return flat[keep], floors
 
     def save(self, path: Path) -> None:
+        self._flush()
         faiss.write_index(self._index, str(path))
 
     @classmethod
     def load(cls, path: Path, nprobe: int) -> AnnIndex:
         index = faiss.read_index(str(path))
         return cls(index, nprobe)
+
+    @property
+    def layout_current(self) -> bool:
+        """Whether the lists have this code's layout (an older snapshot's 8-bit
+        scalar lists are rebuilt by the caller)."""
+        ix = self._index
+        return isinstance(ix, faiss.IndexIVFPQFastScan) and bool(ix.by_residual)

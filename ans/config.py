@@ -137,7 +137,7 @@ class Config:
     auth_api_keys: tuple[ApiKey, ...] = ()
     # [rate_limit] per Agent-ID and per client address
     rate_limit: RateLimitSettings = field(default_factory=RateLimitSettings)
-    # [index] exact below exact_max agents, FAISS IVF-SQ8 candidates above
+    # [index] exact below exact_max agents, FAISS IVF-PQ fast-scan candidates above
     index: AnnSettings = field(default_factory=AnnSettings)
     # [discovery]
     default_limit: int = 10

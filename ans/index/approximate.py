@@ -37,8 +37,9 @@ from .slots import Slots, SlotTable
 PENDING_MIN = 2048
 PENDING_SHARE = 64
 # A pending agent joins a query text's candidates when its exact similarity
-# reaches the lowest one FAISS kept for that text, less this (FAISS scores 8-bit
-# codes, the pending rows are int8 rows of their own scale).
+# reaches the lowest one FAISS kept for that text, less this (FAISS scores 4-bit
+# codes of 2-d residuals: on the 100k benchmark catalog its 512th score was
+# within +0.0025 of the exact 512th at p99, docs/query-profile.md fifteenth round).
 PENDING_SLACK = 0.01
 
 
@@ -117,15 +118,21 @@ class AnnMode:
             self.cap.save(directory / "capability.faiss")
 
     def load(
-        self, directory: Path, built_for: int, pending: Sequence[int] = ()
-    ) -> None:
+        self, directory: Path, table: SlotTable, built_for: int, pending: Sequence[int] = ()
+    ) -> bool:
         """The saved capability index and the slots that were pending (a
         snapshot from before 2026-11-26 also holds an example index,
-        ``examples.faiss``: nothing reads it now)."""
+        ``examples.faiss``: nothing reads it now). Lists of an older layout
+        are rebuilt from the table's rows; whether they were (the index then
+        differs from its snapshot)."""
         self.cap = AnnIndex.load(directory / "capability.faiss", self.settings.nprobe)
         self.built_for = built_for
         self.pending = dict.fromkeys(int(s) for s in pending)
         self._pending_slots = None
+        if self.cap.layout_current:
+            return False
+        self.build(table)
+        return True
 
     def _pending_array(self) -> Slots:
         if self._pending_slots is None:

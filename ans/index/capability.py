@@ -187,13 +187,13 @@ class CapabilityIndex:
     def describe(self) -> dict[str, Any]:
         """What search the index uses now (health endpoint, benchmarks)."""
         with self._lock:
-            active = self._ann.active
+            cap = self._ann.cap
             return {
                 "agents": len(self._table),
-                "mode": "approximate" if active else "exact",
-                "index": "IVF-SQ8 (FAISS)" if active else "flat scan",
+                "mode": "approximate" if cap is not None else "exact",
+                "index": "IVF-PQ 4-bit fast scan (FAISS)" if cap is not None else "flat scan",
                 "exact_max": self.settings.exact_max,
-                "nprobe": self.settings.nprobe if active else None,
+                "nprobe": cap.nprobe if cap is not None else None,
                 "candidates": self.settings.candidates_at(len(self._table)),
                 **scan_layout_description(),
             }
@@ -510,11 +510,14 @@ class CapabilityIndex:
                 profile_source=profile_source or no_profiles,
             )
             idx._table = snap.table
+            rebuilt = False
             if snap.approximate:
-                idx._ann.load(directory, snap.ann_built_for, snap.ann_pending)
+                rebuilt = idx._ann.load(directory, snap.table, snap.ann_built_for, snap.ann_pending)
             elif len(snap.table) > idx.settings.exact_max:
                 idx.build_ann()
-            idx.dirty = False
+            if rebuilt:
+                log.info("approximate lists rebuilt in the current layout", agents=len(snap.table))
+            idx.dirty = rebuilt  # the next snapshot saves the rebuilt lists
             return idx, snap.meta
         except snapshot.LOAD_ERRORS:
             return None
