@@ -17,7 +17,9 @@ only those queries, with the timers).
 
 A before/after pair: run it from a worktree of the old commit
 (``PYTHONPATH=/path/to/worktree``) and from this one, alternated, on the same
-data dirs (``--data`` points both at one). Writes
+data dirs (``--data`` points both at one; only the catalog, whose queries and
+governance key are used, comes from ``--cache``: give the cache that data dir
+was imported from, or its agents are refused as signed by an untrusted key). Writes
 bench/results/load_mix_profile-<label>.json and prints a table.
 """
 
@@ -38,7 +40,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import orjson
-from load import load_params, synth_module
+from load import ensure_catalog, load_params, synth_module
 from query_profile import HEADERS, SERVER_CONFIG, Stages, instrument, log, prepare
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -172,11 +174,13 @@ def main(argv: list[str] | None = None) -> int:
                               "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                               "sizes": {}}
     for n in [int(x) for x in args.agents.split(",") if x]:
-        catalog, data, config = prepare(n, args.cache)
-        if args.data is not None:
+        if args.data is not None:  # the catalog only: no import of our own
+            catalog, _ = ensure_catalog(n, 1, args.cache, "tools.synth")
             data = args.data
             config = data.parent / "load-mix.toml"
             config.write_text(SERVER_CONFIG)
+        else:
+            catalog, data, config = prepare(n, args.cache)
         rows = [json.loads(x) for x in load_params(catalog, 1, synth).read_text().splitlines() if x]
         log(f"N={n}: {len(rows)} load queries in process on {data}")
         report["sizes"][str(n)] = profile(data, config, catalog / "governance.jwks.json", rows,
