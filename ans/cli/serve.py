@@ -34,9 +34,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         workers=args.workers,
     )
     check_serve(cfg)  # a wrong path, file or port is one line, before any start-up work
-    from ..malloc_arenas import limit_arenas
+    from ..malloc_arenas import keep_large_blocks, limit_arenas
 
     limit_arenas()  # before any thread starts; the workers inherit it
+    keep_large_blocks()  # a DISCOVER's large arrays stay in the heap between queries
     from ..cores import default_workers
     from ..store_open import is_postgres
 
