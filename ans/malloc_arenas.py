@@ -18,8 +18,8 @@ the kernel whenever it exceeds twice the threshold: every query faulted its
 arrays' pages in again. Fixed thresholds (32 MB for mmap, 256 MB before the
 heap is trimmed) keep the freed blocks for the next query: at 1M, c=1, two
 workers, server CPU 17.25 -> 15.97 ms a DISCOVER and p99 48.7 -> 39.4 ms
-(four runs each, alternated), PSS 2,901 -> 2,930 MB; neutral at 100k
-(docs/query-profile.md, sixteenth round).
+(four runs each, alternated); at c=16 +8% req/s for ~100 MB more PSS a
+worker; neutral at 100k (docs/query-profile.md, sixteenth round).
 
 ``MALLOC_ARENA_MAX``, ``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_``
 in the environment, read by glibc at start, win; elsewhere than glibc (musl,

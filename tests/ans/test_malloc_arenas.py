@@ -1,6 +1,8 @@
-"""``ans serve`` caps glibc's malloc arenas (ans.malloc_arenas): eight threads
+"""``ans serve``'s glibc malloc settings (ans.malloc_arenas): eight threads
 allocating at once get an arena each by default, and share at most two once
-capped. Counted with glibc's own ``malloc_info`` in a fresh process."""
+capped (counted with glibc's own ``malloc_info`` in a fresh process); a
+query's large blocks, freed, stay in the heap for the next one (counted in
+page faults)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from ans.malloc_arenas import keep_large_blocks, limit_arenas
 
 SCRIPT = r"""
 import ctypes, ctypes.util, os, sys, tempfile, threading
-from ans.malloc_arenas import keep_large_blocks, limit_arenas
+from ans.malloc_arenas import limit_arenas
 
 if sys.argv[1] == "limit":
     assert limit_arenas(2)
