@@ -48,6 +48,9 @@ PQ_BITS = 4  # fast scan's code size per sub-quantizer
 class AnnSettings:
     exact_max: int = 20_000  # up to this many agents: exhaustive (exact) scoring
     candidates: int = 512  # per source and query text at CANDIDATE_BASE agents (see candidates_at)
+    # by vector for each part of a compound intent (``ans.text.segments``), at
+    # CANDIDATE_BASE agents; 0: the parts add none (see part_candidates_at)
+    part_candidates: int = 64
     nprobe: int = 32  # inverted lists visited per search (of ~sqrt(n))
     train_size: int = 40_000  # vectors sampled to train the coarse quantizer
     threads: int = 1  # FAISS threads (the server's event loop shares the cores)
@@ -59,8 +62,26 @@ class AnnSettings:
         the lists do. Each source's top-k must reach the same depth of the fused
         ranking, and at 1M agents a fixed 512 fell to recall@50 0.93 against
         exhaustive scoring (bench/index_scale.py)."""
-        scale = math.sqrt(max(live, 1) / CANDIDATE_BASE)
-        return min(MAX_CANDIDATES, max(self.candidates, round(self.candidates * scale)))
+        return _scaled(self.candidates, live)
+
+    def part_candidates_at(self, live: int) -> int:
+        """Candidates by vector for each part of a compound intent, scaled as
+        :meth:`candidates_at` and never more than it. The whole intent's
+        candidates carry its parts' words (BM25, tags) and most of their
+        meaning; each part adds only its nearest few, for the agent that does
+        one part alone and would not reach the whole intent's top-k. At 100k
+        agents with MetaTool's 199 tools among them, 64 by vector instead of 512
+        from every source kept MetaTool's recall@1, recall@5 and nDCG@10 within
+        0.001 and cut ~11% of a DISCOVER's CPU (bench/part_candidates.py,
+        docs/query-profile.md seventeenth round)."""
+        if self.part_candidates <= 0:
+            return 0
+        return min(self.candidates_at(live), _scaled(self.part_candidates, live))
+
+
+def _scaled(base: int, live: int) -> int:
+    scale = math.sqrt(max(live, 1) / CANDIDATE_BASE)
+    return min(MAX_CANDIDATES, max(base, round(base * scale)))
 
 
 def nlist_for(n: int) -> int:

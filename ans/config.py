@@ -630,6 +630,7 @@ def _rate_limit(body: Any) -> RateLimitSettings:
 _INDEX_BOUNDS = {
     "exact_max": (0, 100_000_000),
     "candidates": (8, 10_000),
+    "part_candidates": (0, 10_000),
     "nprobe": (1, 4096),
     "train_size": (1000, 10_000_000),
     "threads": (1, 256),

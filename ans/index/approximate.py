@@ -176,25 +176,32 @@ class AnnMode:
         tag_passes: TagPasses,
         n: int,
     ) -> Slots:
-        """The union of each source's best ``candidates_at(live)`` per query text."""
+        """The union of each source's (FAISS, BM25, tags) best
+        ``candidates_at(live)`` for the whole intent (row 0 of ``q``, ``lex``,
+        ``tag_passes``) and the best ``part_candidates_at(live)`` by vector for
+        each of its parts (the rows of ``q`` after it). A part's words are the
+        intent's words, so the intent's BM25 and tag passes already read them;
+        its meaning alone is not in the intent's vector."""
         live = len(table)
         k = self.settings.candidates_at(live)
         parts: list[npt.NDArray[np.integer]] = []
         if live <= k:
             return table.live_slots()
-        qv = q[q.any(axis=1)]  # an empty text's vector is all zero
-        if len(qv):
+        for rows, depth in ((q[:1], k), (q[1:], self.settings.part_candidates_at(live))):
+            qv = rows[rows.any(axis=1)]  # an empty text's vector is all zero
+            if not len(qv) or depth <= 0:
+                continue
             if self.cap is not None:
-                hits, floors = self.cap.search_floors(qv, k)
+                hits, floors = self.cap.search_floors(qv, depth)
                 parts.append(hits)
-                parts.extend(self._pending_hits(table, qv, floors, k))
+                parts.extend(self._pending_hits(table, qv, floors, depth))
             else:  # exact mode, capability_domains query: exact top-k by flat scan
                 sims = table.cap.scan(qv, n)
                 for col in sims.T:
-                    parts.append(top_k(col, k))
-        for bm25 in lex:
+                    parts.append(top_k(col, depth))
+        for bm25 in lex[:1]:
             parts.append(top_touched(bm25.at, bm25.touched, k))
-        for tag_dense, tag_list in tag_passes:
+        for tag_dense, tag_list in tag_passes[:1]:
             if tag_dense is not None and tag_list:
                 touched = np.concatenate([h for _, h in tag_list])
                 parts.append(top_touched(tag_dense.take, touched, k))

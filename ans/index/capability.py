@@ -128,7 +128,8 @@ class CapabilityIndex:
     Up to ``settings.exact_max`` agents a query scores every agent (exact).
     Above it, candidates come from FAISS (capability and example vectors),
     the BM25 postings and the tag postings, ``settings.candidates_at(n)`` per
-    source and query text, and only they are scored - with the same formulas. A
+    source for the intent and ``settings.part_candidates_at(n)`` by vector for
+    each of its parts, and only they are scored - with the same formulas. A
     ``capability_domains`` query always scores candidates: it reads their facet
     sums from ``facet_file`` (on disk: per-facet vectors of a million agents
     would not fit in memory), re-embedding from ``profile_source`` (e.g. the

@@ -321,6 +321,39 @@ def test_approximate_top_results_agree_with_exhaustive(
     assert np.mean(overlap) >= 0.9, overlap
 
 
+def test_each_part_of_a_compound_intent_adds_only_its_own_best_few_candidates(
+    big: tuple[CapabilityIndex, list[CapabilityProfile]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole intent searches every source ``candidates_at`` deep; each of
+    its parts (``ans.text.segments``) adds only its ``part_candidates_at``
+    nearest by vector: enough to bring in an agent that does one part alone
+    (here: travel, drowned out in the whole intent by its audit words),
+    without a full search per part (the part's words are the intent's)."""
+    idx, profiles = big
+    intent = "audit my solidity contract for reentrancy and overflow, then book flights and hotels"
+    travel = {p.canonical_id for p in profiles if p.tags[0] == "travel"}
+
+    def scored(part_candidates: int) -> set[str]:
+        settings = replace(idx.settings, part_candidates=part_candidates)
+        monkeypatch.setattr(idx._ann, "settings", settings)
+        ids = idx.query(intent, None).ids
+        assert None not in ids
+        return set(ids)  # type: ignore[arg-type]
+
+    whole, few, deep = scored(0), scored(8), scored(64)
+    assert whole < few < deep
+    # two parts, at most 8 nearest each
+    assert len(few - whole) <= 2 * 8
+    assert len(few & travel) > len(whole & travel)
+    assert len(deep & travel) > len(few & travel)
+    default = AnnSettings()
+    assert default.part_candidates_at(CANDIDATE_BASE) == default.part_candidates == 64
+    assert default.part_candidates_at(4 * CANDIDATE_BASE) == 128  # grows like sqrt(n)
+    assert replace(default, part_candidates=0).part_candidates_at(10**6) == 0
+    # never deeper than the whole intent's search
+    assert replace(default, part_candidates=900).part_candidates_at(1000) == 512
+
+
 def test_new_agents_wait_outside_the_inverted_lists_and_rank_as_exhaustive_scoring_does(
     tmp_path: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -601,14 +634,17 @@ def test_index_section_of_the_config(tmp_path: Path) -> None:
     from ans.config import ConfigError, load
 
     cfg = tmp_path / "ans.toml"
-    cfg.write_text("[index]\nexact_max = 5000\nnprobe = 32\ncandidates = 128\n")
+    cfg.write_text(
+        "[index]\nexact_max = 5000\nnprobe = 32\ncandidates = 128\npart_candidates = 0\n"
+    )
     got = load(cfg).index
-    assert (got.exact_max, got.nprobe, got.candidates) == (5000, 32, 128)
+    assert (got.exact_max, got.nprobe, got.candidates, got.part_candidates) == (5000, 32, 128, 0)
     assert load(None).index == AnnSettings()
     for body, needle in (
         ("[index]\nflat = true\n", "unknown key"),
         ('[index]\nnprobe = "8"\n', "integer"),
         ("[index]\ncandidates = 1\n", "must be in"),
+        ("[index]\npart_candidates = -1\n", "must be in"),
         ("index = 3\n", "must be a table"),
     ):
         cfg.write_text(body)
