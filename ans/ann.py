@@ -47,7 +47,7 @@ PQ_BITS = 4  # fast scan's code size per sub-quantizer
 @dataclass(frozen=True, slots=True)
 class AnnSettings:
     exact_max: int = 20_000  # up to this many agents: exhaustive (exact) scoring
-    candidates: int = 512  # per source and query text at CANDIDATE_BASE agents (see candidates_at)
+    candidates: int = 512  # per source for the whole intent, at CANDIDATE_BASE agents
     # by vector for each part of a compound intent (``ans.text.segments``), at
     # CANDIDATE_BASE agents; 0: the parts add none (see part_candidates_at)
     part_candidates: int = 64
@@ -57,7 +57,7 @@ class AnnSettings:
     seed: int = 1234
 
     def candidates_at(self, live: int) -> int:
-        """Candidates per source and query text for a catalog of ``live`` agents:
+        """Candidates per source for the whole intent, ``live`` agents indexed:
         ``candidates`` up to CANDIDATE_BASE agents, then growing like sqrt(n), as
         the lists do. Each source's top-k must reach the same depth of the fused
         ranking, and at 1M agents a fixed 512 fell to recall@50 0.93 against
