@@ -72,8 +72,8 @@ class AnnSettings:
         one part alone and would not reach the whole intent's top-k. At 100k
         agents with MetaTool's 199 tools among them, 64 by vector instead of 512
         from every source kept MetaTool's recall@1, recall@5 and nDCG@10 within
-        0.001 and cut ~11% of a DISCOVER's CPU (bench/part_candidates.py,
-        docs/query-profile.md seventeenth round)."""
+        0.001 and cut ~17% of a DISCOVER's CPU in process (bench/part_candidates.py,
+        bench/query_profile.py; docs/query-profile.md seventeenth round)."""
         if self.part_candidates <= 0:
             return 0
         return min(self.candidates_at(live), _scaled(self.part_candidates, live))

@@ -77,6 +77,13 @@ def answer(service: Any, params: dict[str, Any]) -> tuple[list[str], int, float]
     return [r["canonical_id"] for r in result["results"]], result["total_matches"], cpu
 
 
+def identical(got: list[list[str]], other: list[list[str]], n_mt: int) -> dict[str, int]:
+    """How many answers are the same agents in the same order: MetaTool's
+    (the first ``n_mt``), then the catalog's."""
+    same = [a == b for a, b in zip(got, other, strict=True)]
+    return {"metatool": sum(same[:n_mt]), "catalog": sum(same[n_mt:])}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--agents", type=int, default=100_000)
@@ -167,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         requests = [
             {"intent": q, "limit": me.K, "trust_tier_min": me.TRUST_TIER_MIN} for q, _ in metatool
         ] + catalog_queries
+        n_mt = len(metatool)
         answers: dict[str, list[list[str]]] = {}
         totals: dict[str, list[int]] = {}  # total_matches, first round
         # thread CPU a DISCOVER: MetaTool's queries; the catalog's (some with
@@ -176,16 +184,16 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(args.rounds):
             for depth in depths if r % 2 == 0 else depths[::-1]:
                 set_depth(service, depth)
-                got, spent = [], [0.0, 0.0]
+                got, tot, spent = [], [], []
                 for params in requests:
                     ids, total, c = answer(service, params)
                     got.append(ids)
-                    totals.setdefault(depth, []).append(total)
-                    spent[len(got) > len(metatool)] += c
+                    tot.append(total)
+                    spent.append(c)
                 answers.setdefault(depth, got)
-                totals[depth] = totals[depth][: len(requests)]
-                cpu[depth].append(1e6 * spent[0] / len(metatool))
-                cpu_catalog[depth].append(1e6 * spent[1] / max(1, len(catalog_queries)))
+                totals.setdefault(depth, tot)
+                cpu[depth].append(1e6 * sum(spent[:n_mt]) / n_mt)
+                cpu_catalog[depth].append(1e6 * sum(spent[n_mt:]) / max(1, len(catalog_queries)))
                 print(
                     f"[parts] round {r + 1} depth {depth}: {cpu[depth][-1]:,.0f} us MetaTool, "
                     f"{cpu_catalog[depth][-1]:,.0f} us catalog",
@@ -200,7 +208,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.reference is not None:
         older = json.loads(args.reference.read_text(encoding="utf-8"))
         report["reference"] = str(args.reference)
-    n_mt = len(metatool)
     singles = len(data["eval_single"])
     rows = {}
     for depth in depths:
@@ -218,18 +225,12 @@ def main(argv: list[str] | None = None) -> int:
             "catalog_cpu_us_per_discover": [round(x) for x in cpu_catalog[depth]],
             "metatool_single": me.metrics(named[:singles], golds[:singles]),
             "metatool_multi": me.metrics(named[singles:], golds[singles:]),
-            "identical_to_reference": {
-                "metatool": sum(a == b for a, b in zip(got[:n_mt], ref[:n_mt], strict=True)),
-                "catalog": sum(a == b for a, b in zip(got[n_mt:], ref[n_mt:], strict=True)),
-            },
+            "identical_to_reference": identical(got, ref, n_mt),
             "mean_answer_size": round(statistics.fmean(len(a) for a in got), 2),
             "mean_total_matches": round(statistics.fmean(totals[depth]), 2),
         }
         if older is not None:
-            rows[depth]["identical_to_file"] = {
-                "metatool": sum(a == b for a, b in zip(got[:n_mt], older[:n_mt], strict=True)),
-                "catalog": sum(a == b for a, b in zip(got[n_mt:], older[n_mt:], strict=True)),
-            }
+            rows[depth]["identical_to_file"] = identical(got, older, n_mt)
         row = rows[depth]
         print(
             f"depth {depth:>10}: {row['cpu_us_mean']:,} us a MetaTool DISCOVER  "
