@@ -3,6 +3,7 @@
     OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/query_profile.py --agents 10000,100000 \\
         [--queries 500] [--label before] [--http-duration 8] [--golden OLD.json] [--doc]
         [--domains]   # every query also names capability_domains (the load's sets)
+        [--first-seen]  # also intents never answered before (2 x --queries more intents)
 
 Per catalog size N (``tools.synth`` catalog, ``ans import`` into a data dir,
 both cached under ``--cache`` by N):
@@ -280,9 +281,29 @@ def instrument(stages: Stages) -> None:
 # -- in process ---------------------------------------------------------------------------
 
 
+def envelopes(queries: list[str]) -> list[bytes]:
+    """The DISCOVER bodies of ``queries`` (Task-ID ``t-<i>``, as the headers send)."""
+    return [
+        orjson.dumps({"method": "DISCOVER", "task_id": f"t-{i}", "parameters": params_of(q)})
+        for i, q in enumerate(queries)
+    ]
+
+
 def in_process(
-    data: Path, config_path: Path, jwks: Path, queries: list[str]
+    data: Path,
+    config_path: Path,
+    jwks: Path,
+    queries: list[str],
+    first_seen: tuple[list[str], list[str]] | None = None,
 ) -> dict[str, Any]:
+    """The passes above over ``queries``. With ``first_seen`` (two more sets of
+    intents, disjoint from ``queries`` and from each other), also what an intent
+    the server has never answered costs, once the passes over ``queries`` have
+    warmed it as a server that has run a while: the first set answered once
+    (the per-query total), the second once with the stage timers, every intent
+    for the first time -- its query vectors, the BM25 impacts of words not seen
+    before and the result fields of agents not returned before are not cached,
+    as for most requests of a varied load."""
     from ans.app import AnsApp
     from ans.config import load
     from ans.gate import Credentials
@@ -292,10 +313,7 @@ def in_process(
     built = build_service(config)
     try:
         app = AnsApp(built.service, built.gate)
-        bodies = [
-            orjson.dumps({"method": "DISCOVER", "task_id": f"t-{i}", "parameters": params_of(q)})
-            for i, q in enumerate(queries)
-        ]
+        bodies = envelopes(queries)
         creds = Credentials(client_address="127.0.0.1")
 
         async def one_pass() -> tuple[list[int], list[bytes]]:
@@ -306,7 +324,7 @@ def in_process(
                 ans_ = await app.answer("DISCOVER", headers, body, creds)
                 cpu.append(time.thread_time_ns() - t0)
                 if ans_.status != 200:
-                    raise RuntimeError(f"DISCOVER {queries[i]!r} answered {ans_.status}")
+                    raise RuntimeError(f"DISCOVER #{i} answered {ans_.status}: {ans_.body[:200]!r}")
                 answers.append(ans_.body)
             return cpu, answers
 
@@ -331,6 +349,28 @@ def in_process(
         finally:
             stages.restore()
         rows = stages.rows(len(queries))
+        novel: dict[str, Any] | None = None
+        if first_seen is not None:
+            first, second = first_seen
+            bodies_warm = bodies
+            bodies = envelopes(first)
+            fresh, _ = asyncio.run(one_pass())
+            bodies = envelopes(second)
+            stages = Stages()
+            instrument(stages)
+            try:
+                staged_fresh, _ = asyncio.run(one_pass())
+            finally:
+                stages.restore()
+            bodies = bodies_warm
+            ordered_fresh = sorted(fresh)
+            novel = {
+                "queries": len(first),
+                "cpu_us_mean": round(sum(fresh) / len(fresh) / 1000.0, 1),
+                "cpu_us_p50": round(ordered_fresh[len(fresh) // 2] / 1000.0, 1),
+                "instrumented_us_mean": round(sum(staged_fresh) / len(staged_fresh) / 1000.0, 1),
+                "stages": stages.rows(len(second)),
+            }
         top = []
         for body in answers:
             result = orjson.loads(body)["result"]
@@ -354,6 +394,7 @@ def in_process(
             "answer_bytes_mean": round(sum(map(len, answers)) / len(answers)),
             "stages": rows,
             "top10": top,
+            **({"first_seen": novel} if novel is not None else {}),
         }
     finally:
         if built.lock is not None:
@@ -442,6 +483,8 @@ def table(label: str, sizes: dict[str, Any]) -> str:
     row("in process: AnsApp.answer mean, µs", lambda s: s["cpu_us_mean"])
     row("in process: p50 / p90, µs", lambda s: f"{s['cpu_us_p50']:,} / {s['cpu_us_p90']:,}")
     row("cold query embedding (cache miss), µs", lambda s: s["embed_cold_us_mean"])
+    row("in process, intents never answered before: mean / p50, µs",
+        lambda s: f"{s['first_seen']['cpu_us_mean']:,} / {s['first_seen']['cpu_us_p50']:,}")
     lines += ["", "Stages (with timers; each costs ~1 µs): inclusive / self µs per query, "
               "calls per query.", ""]
     lines += ["| stage | " + " | ".join(f"{n}: incl / self (calls)" for n in ns) + " |",
@@ -451,6 +494,12 @@ def table(label: str, sizes: dict[str, Any]) -> str:
         for r in sizes[n]["stages"]:
             if r["stage"] not in paths:
                 paths.append(r["stage"])
+    seen = [n for n in ns if "first_seen" in sizes[n]]
+    if seen:  # per size: the repeated intents' cells, then the first-seen ones'
+        lines[-2] = ("| stage | " + " | ".join(
+            f"{n}: incl / self (calls)" + (f" | {n}, first seen: incl / self" if n in seen else "")
+            for n in ns) + " |")
+        lines[-1] = "|---|" + "---:|" * (len(ns) + len(seen))
     for p in paths:
         depth = p.count("/")
         cells = []
@@ -458,6 +507,9 @@ def table(label: str, sizes: dict[str, Any]) -> str:
             r = next((x for x in sizes[n]["stages"] if x["stage"] == p), None)
             cells.append("" if r is None else
                          f"{r['incl_us']:,} / {r['self_us']:,} ({r['calls_per_query']:g})")
+            if n in seen:
+                f = next((x for x in sizes[n]["first_seen"]["stages"] if x["stage"] == p), None)
+                cells.append("" if f is None else f"{f['incl_us']:,} / {f['self_us']:,}")
         name = ("&nbsp;&nbsp;" * depth) + p.rsplit("/", 1)[-1]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -508,6 +560,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--golden", type=Path, help="a previous results JSON: every top 10 must match")
     ap.add_argument("--doc", action="store_true", help="write the table to docs/query-profile.md")
+    ap.add_argument("--first-seen", action="store_true",
+                    help="also profile intents never answered before (2 x --queries more)")
     ap.add_argument("--domains", action="store_true",
                     help="every query names capability_domains (the load's sets, by intent)")
     args = ap.parse_args(argv)
@@ -524,9 +578,13 @@ def main(argv: list[str] | None = None) -> int:
     for n in [int(x) for x in args.agents.split(",") if x]:
         catalog, data, config = prepare(n, args.cache)
         jwks = catalog / "governance.jwks.json"
-        source, qs = intents(catalog, args.queries)
+        source, qs = intents(catalog, args.queries * (3 if args.first_seen else 1))
+        fresh = None
+        if args.first_seen:
+            k = len(qs) // 3
+            qs, fresh = qs[:k], (qs[k : 2 * k], qs[2 * k : 3 * k])
         log(f"N={n}: in process, {len(qs)} intents")
-        res = in_process(data, config, jwks, qs)
+        res = in_process(data, config, jwks, qs, fresh)
         res.update(intent_source=source, commit=commit,
                    when=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
         if args.http_duration > 0:
