@@ -332,6 +332,13 @@ class SQLiteStore:
         finally:
             cur.close()
 
+    def iter_result_fields(self) -> Iterator[tuple[str, bytes]]:
+        rows = self._scan(
+            "SELECT canonical_id, result_fields FROM agents WHERE lifecycle_state = 'Active' "
+            "AND result_fields IS NOT NULL"
+        )
+        yield from ((str(cid), bytes(blob)) for cid, blob in rows)
+
     def iter_active(self) -> Iterator[StoredAgent]:
         for row in self._scan(
             f"SELECT {_AGENT_COLUMNS} FROM agents WHERE lifecycle_state = 'Active' "  # noqa: S608

@@ -417,6 +417,13 @@ class PostgresStore:
         rows = self._by_ids("canonical_id, result_fields", list(canonical_ids))
         return {cid: (bytes(blob) if blob is not None else None) for cid, blob in rows}
 
+    def iter_result_fields(self) -> Iterator[tuple[str, bytes]]:
+        for cid, blob in self._scan(
+            "SELECT canonical_id, result_fields FROM agents WHERE lifecycle_state = 'Active' "
+            "AND result_fields IS NOT NULL"
+        ):
+            yield cid, bytes(blob)
+
     def iter_active(self) -> Iterator[StoredAgent]:
         for row in self._scan(
             f"SELECT {_AGENT_COLUMNS} FROM agents WHERE lifecycle_state = 'Active' "  # noqa: S608

@@ -32,6 +32,7 @@ a write is served but not kept.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import Any
 
 # the catalog size above which a worker's caches shrink (the facet file's too),
@@ -42,6 +43,18 @@ from ..index.facet_file import catalog_sized
 DICT_ENTRIES = 8192
 DICT_ENTRIES_LARGE = 1024  # decoded entries above LARGE_CATALOG agents
 BLOB_BYTES = 16 << 20
+# At start-up a catalog of at most LARGE_CATALOG agents has every stored
+# document put in the bytes tier (:meth:`FieldsCache.hold`), up to this many
+# bytes: then an agent never returned before costs a decode, not a store read
+# (100k agents: 85 MB, read in 0.3-0.65 s; a DISCOVER of an intent never
+# answered before spent ~190 us in result fields, ~95 held). The tier then
+# keeps a quarter more room, for the agents that arrive later.
+HOLD_BYTES = 384 << 20
+
+
+def holds_whole(agents: int) -> bool:
+    """Whether a catalog of ``agents`` has its stored documents held at start-up."""
+    return agents <= LARGE_CATALOG
 
 
 class FieldsCache:
@@ -58,6 +71,25 @@ class FieldsCache:
         self._blobs: OrderedDict[str, bytes] = OrderedDict()
         self._held = 0  # bytes in _blobs
         self.generation = 0
+
+    def hold(self, rows: Iterable[tuple[str, bytes]], agents: int) -> int:
+        """Put the stored documents ``rows`` (every Active agent's, at start-up)
+        in the bytes tier when the catalog (``agents``) is at most
+        LARGE_CATALOG, until HOLD_BYTES; returns how many are held."""
+        if not holds_whole(agents):
+            return 0
+        stored, held = self._blobs, 0
+        for cid, blob in rows:
+            if self._held + len(blob) > HOLD_BYTES:
+                break
+            old = stored.get(cid)
+            if old is not None:
+                self._held -= len(old)
+            stored[cid] = blob
+            self._held += len(blob)
+            held += 1
+        self.blob_bytes = max(self.blob_bytes, min(HOLD_BYTES, self._held + self._held // 4))
+        return held
 
     def forget(self, canonical_id: str) -> None:
         self._dicts.pop(canonical_id, None)

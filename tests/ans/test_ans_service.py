@@ -397,6 +397,51 @@ def test_registry_survives_restart(make_ans: Any,
     world["svc"] = again
 
 
+def test_a_restart_holds_every_agents_result_fields_and_a_reactivation_replaces_them(
+    make_ans: Any, world: dict[str, Any], make_manifest: Callable[..., dict[str, Any]]
+) -> None:
+    svc = world["svc"]
+    first = discover(svc, intent=SOLIDITY, trust_tier_min=3)
+    svc.audit.close()
+    svc.store.close()
+    again = make_ans(world["cfg"], fixed_ids=True)
+    again.load()
+    world["svc"] = again
+    ids = list(world["ids"].values())
+    cache = again.index.fields_cache
+    found, held, missing = cache.lookup(ids)
+    assert not found and missing == []  # every one held as stored bytes, none decoded yet
+    assert sorted(cid for cid, _ in held) == sorted(ids)
+    reads: list[list[str]] = []
+    stored = again.store.stored_result_fields
+
+    def counted(canonical_ids: Any) -> dict[str, bytes | None]:
+        reads.append(list(canonical_ids))
+        return stored(canonical_ids)
+
+    again.store.stored_result_fields = counted  # type: ignore[method-assign]
+    second = discover(again, intent=SOLIDITY, trust_tier_min=3)
+    assert reads == []  # the answer's fields came from memory, not the store
+    assert [{k: v for k, v in r.items() if k != "freshness"} for r in second["results"]] == [
+        {k: v for k, v in r.items() if k != "freshness"} for r in first["results"]
+    ]
+    # A held document is replaced when its agent is ACTIVATEd again.
+    m = make_manifest(
+        "fuzzer",
+        org_domain="lab.example",
+        trust_tier=3,
+        behavioral_trust_score=0.95,
+        governance_zone="zone:partner",
+        job_description="Fuzzes Solidity smart contracts to find reentrancy and invariant bugs (Foundry).",
+        last_updated="2026-02-01T00:00:00Z",
+    )
+    again.activate(ActivateRequest(GOV, "t-again", m, caps(tools=["echidna"])))
+    third = discover(again, intent=SOLIDITY, trust_tier_min=3)
+    assert [
+        r["job_description"] for r in third["results"] if r["agent_label"] == "fuzzer"
+    ] == ["Fuzzes Solidity smart contracts to find reentrancy and invariant bugs (Foundry)."]
+
+
 def test_capability_domains_restrict_matching(
     world: dict[str, Any], make_manifest: Callable[..., dict[str, Any]]
 ) -> None:

@@ -101,3 +101,35 @@ def test_served_fields_are_the_same_from_every_tier(
     _, _, refused = svc.activate_many([(manifest, caps, "kid")])
     assert not refused
     assert svc.index.result_fields([ids[0]])[ids[0]]["description"] == caps["description"]
+
+
+def test_a_catalog_up_to_the_large_size_is_held_whole_and_a_larger_one_not() -> None:
+    from ans.core.fields_cache import LARGE_CATALOG
+
+    rows = [(cid, doc(cid, 50)[1]) for cid in ("a", "b", "c", "d")]
+    small = FieldsCache(dict_entries=0, blob_bytes=1)
+    assert small.hold(iter(rows), agents=LARGE_CATALOG) == 4
+    found, held, missing = small.lookup(["a", "b", "c", "d"])
+    assert not found and missing == [] and [cid for cid, _ in held] == ["a", "b", "c", "d"]
+    # the bytes tier grew to what it holds and a quarter more: one later agent fits,
+    # the next pushes out the least recent
+    small.keep({}, {"e": doc("e", 50)[1]}, small.generation)
+    assert small.lookup(["a", "e"])[2] == []
+    small.keep({}, {"f": doc("f", 50)[1]}, small.generation)
+    assert small.lookup(["b", "f"])[2] == ["b"]
+    large = FieldsCache(dict_entries=0, blob_bytes=1)
+    assert large.hold(iter(rows), agents=LARGE_CATALOG + 1) == 0
+    assert large.lookup(["a"])[2] == ["a"]
+
+
+def test_holding_stops_at_its_byte_bound(monkeypatch: Any) -> None:
+    import ans.core.fields_cache as fc
+
+    one = len(doc("a", 50)[1])
+    monkeypatch.setattr(fc, "HOLD_BYTES", 2 * one)
+    cache = FieldsCache(dict_entries=0, blob_bytes=1)
+    rows = [(cid, doc(cid, 50)[1]) for cid in ("a", "b", "c")]
+    assert cache.hold(iter(rows), agents=3) == 2
+    assert cache.lookup(["a", "b", "c"])[2] == ["c"]
+    cache.forget("a")  # a held document goes when its agent is re-indexed
+    assert cache.lookup(["a"])[2] == ["a"]

@@ -197,6 +197,26 @@ def test_result_fields_are_stored_with_every_version(store: RegistryStore) -> No
     assert again is not None and again["freshness"]["indexed_at"] == "2026-11-22T08:00:00Z"
 
 
+def test_result_fields_of_every_active_agent_are_streamed(store: RegistryStore) -> None:
+    from tools.synth import generate
+
+    docs = [
+        StoredAgent(m["canonical_id"], m, c, "Active", "kid-1", "2026-11-21T12:00:00Z",
+                    "2026-11-21T12:00:00Z")
+        for m, c in generate(3, 11)
+    ]
+    store.upsert_many([*docs, agent("partial")])  # "partial": no stored fields
+    suspended = docs[0].canonical_id
+    store.apply_lifecycle(event(suspended, "SUSPEND", "Active", "Suspended"),
+                          "2026-11-22T08:00:00Z", None)
+    streamed = dict(store.iter_result_fields())
+    assert set(streamed) == {d.canonical_id for d in docs[1:]}  # Active rows with fields only
+    assert streamed == {
+        cid: blob for cid, blob in store.stored_result_fields(list(streamed)).items()
+    }
+    assert all(type(blob) is bytes for blob in streamed.values())
+
+
 def test_upsert_many_takes_one_seq_per_agent_in_order(store: RegistryStore) -> None:
     store.upsert(agent("first"))
     ref = store.upsert_many([agent("b"), agent("c"), agent("d")], {"event": "batch"})
