@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from ans.protocol.errors import AgentNotActive, ErrorCode, InvalidCapabilities, InvalidManifest
+from ans.protocol.jcs import unsafe_integer
 from ans.protocol.messages import ORG_DOMAIN_RE, ZONE_RE
 from ans.protocol.scope import parse_token
 
@@ -252,3 +253,10 @@ def validate_capabilities(caps: Mapping[str, Any]) -> None:
                 raise InvalidCapabilities(f"capabilities.examples[{i}].id must be a unique string")
             seen.add(ex_id)
     validate_profile_fields(caps)  # the efficient-discovery profile's fields
+    # every answer that carries the document is signed over its RFC 8785 form
+    where = unsafe_integer(caps)
+    if where is not None:
+        raise InvalidCapabilities(
+            f"capabilities{where if where != '.' else ''}: an integer outside ±2^53 "
+            "cannot be canonicalized (RFC 8785, I-JSON)"
+        )

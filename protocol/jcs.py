@@ -181,6 +181,24 @@ def _prepare(x: Any) -> Any:
     raise _NeedsReference  # subclasses and non-JSON types: the reference decides
 
 
+def unsafe_integer(value: Any, path: str = "") -> str | None:
+    """The path (``.a[2].b``) of the first integer in a parsed JSON value that
+    RFC 8785 cannot serialize (beyond the I-JSON safe range, 2^53 - 1), else
+    None: such a document cannot be signed, so it is refused where it enters."""
+    stack = [(value, path)]
+    while stack:
+        v, at = stack.pop()
+        t = type(v)
+        if t is int:
+            if abs(v) > _MAX_SAFE_INT:
+                return at or "."
+        elif t is dict:
+            stack.extend((item, f"{at}.{k}") for k, item in reversed(list(v.items())))
+        elif t is list or t is tuple:
+            stack.extend((item, f"{at}[{i}]") for i, item in reversed(list(enumerate(v))))
+    return None
+
+
 def canonicalize(value: Any) -> bytes:
     """Return the RFC 8785 canonical UTF-8 bytes of a JSON value.
 

@@ -327,6 +327,8 @@ def test_refused_lines_are_reported_and_audited(make_ans: Any,
         {"manifest": good, "capabilities": {}},  # 10: same again -> unchanged
         b'{"manifest": "' + b"x" * 300_000 + b'"}',  # 11: over-long
         {"manifest": make_manifest("inactive", lifecycle_state="Suspended")},  # 12
+        # 13: an integer no signed answer can carry (RFC 8785); the stdlib writes it
+        json.dumps({"manifest": make_manifest("bigint"), "capabilities": {"n": 2**80}}).encode(),
     ]
     src = write_jsonl(tmp_path / "mixed.jsonl", lines)
     cfg = Config(data_dir=data, governance_jwks=(jwks_file(tmp_path, gov_key),))
@@ -342,6 +344,7 @@ def test_refused_lines_are_reported_and_audited(make_ans: Any,
         9: (400, "malformed_json"),
         11: (400, "body_too_large"),
         12: (422, "lifecycle_not_active"),
+        13: (422, "invalid_capabilities"),
     }
     assert (report.imported, report.unchanged) == (2, 1)
     records = audit_records(data)
@@ -352,8 +355,8 @@ def test_refused_lines_are_reported_and_audited(make_ans: Any,
     batches = [r for r in records if r["event"] == "bulk_import_batch"]
     assert sum(b["count"] for b in batches) == 2
     (summary,) = [r for r in records if r["event"] == "bulk_import"]
-    assert (summary["imported"], summary["unchanged"], summary["refused"]) == (2, 1, 9)
-    assert summary["lines"] == 12
+    assert (summary["imported"], summary["unchanged"], summary["refused"]) == (2, 1, 10)
+    assert summary["lines"] == 13
     assert verify_chain((data / "audit.jsonl").read_bytes().splitlines()) is None
     # the newer duplicate won; the retired id stayed out
     svc = make_ans(Config(data_dir=data, restricted_zones=("zone:secret",)), fixed_ids=True, load=True)

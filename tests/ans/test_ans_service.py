@@ -334,6 +334,10 @@ def test_activate_refusals(
     del missing["principal_org"]
     err = _refused(svc, missing)
     assert err.code == "manifest_missing_field" and "principal_org" in err.message
+    # a document no signed answer could carry (RFC 8785 has no integer beyond 2^53)
+    err = _refused(svc, good, capabilities=caps(tools=["slither"], build={"n": 2**60}))
+    assert (err.status, err.code) == (422, "invalid_capabilities")
+    assert "capabilities.build.n" in err.message
     no_scope = Identity("agtp://x.example/agents/a", "p", parse_authority_scope("discovery:query"))
     err = _refused(svc, good, identity=no_scope)
     assert (err.status, err.code) == (451, "scope_violation")
@@ -343,7 +347,7 @@ def test_activate_refusals(
         orjson.loads(line)["event"]
         for line in (world["path"] / "audit.jsonl").read_text().splitlines()
     ]
-    assert events.count("activation_refused") >= 5 and "scope_violation" in events
+    assert events.count("activation_refused") >= 6 and "scope_violation" in events
 
 
 def test_activate_then_next_discover_finds_it(

@@ -607,11 +607,18 @@ def test_self_asserted_record_is_tier3_ungoverned_and_excluded_by_default(
     with pytest.raises(AgtpError) as info:
         svc.admit_self_asserted(D0, source="profile", identity=reader)
     assert info.value.status == 451
-    # malformed
-    for bad in ({**D0, "bindings": []}, {k: v for k, v in D0.items() if k != "name"}, "x"):
+    # malformed, or not signable (an integer beyond RFC 8785's range): nothing stored
+    for bad in (
+        {**D0, "bindings": []},
+        {k: v for k, v in D0.items() if k != "name"},
+        "x",
+        {**D0, "id": "urn:example:big", "zzz": 2**60},
+        {**D0, "id": "urn:example:big", "extra": [{"n": -(2**80)}]},
+    ):
         with pytest.raises(AgtpError) as info:
             svc.admit_self_asserted(bad, source="profile", identity=PUBLISHER)
         assert info.value.status == 422
+    assert svc.store.get(profile_canonical_id("urn:example:big")) is None
 
 
 def test_self_assertion_never_replaces_a_governed_record(world: dict[str, Any]) -> None:
