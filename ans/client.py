@@ -51,6 +51,11 @@ from .refusals import check_refusal
 MAX_NATIVE_ANSWER = 16 * 1024 * 1024
 
 
+class UnsendableParameters(ValueError):
+    """The request's parameters cannot be written as JSON (an integer beyond
+    64 bits, a string with a lone surrogate): nothing was sent."""
+
+
 @dataclass(frozen=True, slots=True)
 class AgtpResponse:
     status: int
@@ -140,7 +145,13 @@ class _Client:
     def _envelope(
         self, method: str, parameters: Mapping[str, Any], task_id: str
     ) -> tuple[dict[str, str], bytes]:
-        body = orjson.dumps({"method": method, "task_id": task_id, "parameters": dict(parameters)})
+        try:
+            body = orjson.dumps(
+                {"method": method, "task_id": task_id, "parameters": dict(parameters)}
+            )
+        except orjson.JSONEncodeError as exc:  # an integer beyond 64 bits, a lone surrogate
+            msg = f"{method} parameters cannot be sent as JSON: {exc}"
+            raise UnsendableParameters(msg) from None
         if self.dialect is Dialect.NEWER:
             headers = {"content-type": NEWER_CONTENT_TYPE, "task-id": task_id, **self.identity}
         else:

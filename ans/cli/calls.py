@@ -16,10 +16,15 @@ def _ask(
     None after printing why the server could not be asked."""
     import httpx
 
+    from ..client import UnsendableParameters
+
     try:
         with _client(args) as client:
             resp = client.call(method, params, task_id=_task_id(method))
             jwks = client.jwks() if keys else None
+    except UnsendableParameters as exc:
+        print(f"ans: {exc}", file=sys.stderr)
+        return None
     except (ValueError, httpx.InvalidURL) as exc:
         print(f"ans: --server {args.server}: {exc}", file=sys.stderr)
         return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from pathlib import Path
 
@@ -10,6 +11,18 @@ from .. import __version__
 from .mcp import add_mcp_parser
 
 DEFAULT_SERVER = "http://127.0.0.1:4480"
+
+
+def finite_float(text: str) -> float:
+    """An argument that is a finite number (``float`` also takes nan and inf,
+    which JSON cannot carry)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
 
 
 def _add_identity(p: argparse.ArgumentParser, scope: str) -> None:
@@ -158,7 +171,7 @@ def _parser() -> argparse.ArgumentParser:
         help="resolve a name (label.org_domain, an explicit manifest name, or an agtp:// URI)",
     )
     d.add_argument("--trust-tier-min", type=int)
-    d.add_argument("--behavioral-trust-min", type=float)
+    d.add_argument("--behavioral-trust-min", type=finite_float)
     d.add_argument("--zone", dest="governance_zone")
     d.add_argument("--org-domain")
     d.add_argument("--limit", type=int)
