@@ -108,8 +108,10 @@ def _invalid(name: str, what: str) -> BadRequest:
     return BadRequest(f"{name[:40]}: {what}", code=ErrorCode.INVALID_PARAMETER)
 
 
-def _int(name: str, value: Any, lo: int, hi: int) -> int:
-    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 9:
+def _int(name: str, value: Any, lo: int, hi: int, *, text: bool = True) -> int:
+    """An integer in [lo, hi]; ``text``: digits in a string too (a query
+    string's values are text; a JSON body's integers are JSON numbers)."""
+    if text and isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 9:
         value = int(value.strip())
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise _invalid(name, f"must be an integer from {lo} to {hi}")
@@ -138,7 +140,11 @@ def _certification(raw: Any) -> int | None:
         return 1
     if raw == "governed":
         return 2
-    if isinstance(raw, Mapping) and set(raw) <= {"verified", "governed"}:
+    if (
+        isinstance(raw, Mapping)
+        and set(raw) <= {"verified", "governed"}
+        and all(isinstance(v, bool) for v in raw.values())
+    ):
         if raw.get("verified") is True:
             return 1
         if raw.get("governed") is True:
@@ -147,6 +153,19 @@ def _certification(raw: Any) -> int | None:
     raise _invalid(
         "certification", "must be 'verified', 'governed', 'any', true, or {\"verified\": true}"
     )
+
+
+def _tags(name: str, values: tuple[str, ...]) -> tuple[str, ...]:
+    """Tag filter values normalized as tags are (``normalize_tag``). A hard
+    filter is never dropped: a value with nothing left of it (``---``,
+    ``!!``) is refused, not read as no filter."""
+    out = []
+    for v in values:
+        tag = normalize_tag(v)
+        if not tag:
+            raise _invalid(name, f"{v[:40]!r} holds no letter or digit")
+        out.append(tag)
+    return tuple(dict.fromkeys(out))
 
 
 def parse_filters(raw: Mapping[str, Any]) -> Filters:
@@ -170,11 +189,9 @@ def parse_filters(raw: Mapping[str, Any]) -> Filters:
         if len(vs) > MAX_VALUES:
             raise _invalid(key, f"at most {MAX_VALUES} values")
     return Filters(
-        capabilities=tuple(
-            normalize_tag(v) for v in values.get("capabilities", ()) if normalize_tag(v)
-        ),
+        capabilities=_tags("capabilities", values.get("capabilities", ())),
         languages=tuple(v.lower() for v in values.get("languages", ())),
-        tags=tuple(normalize_tag(v) for v in values.get("tags", ()) if normalize_tag(v)),
+        tags=_tags("tags", values.get("tags", ())),
         protocols=tuple(v.lower() for v in values.get("protocols", ())),
         providers=values.get("providers", ()),
         auth=tuple(sorted({auth_type_of(v) for v in values.get("auth", ())})),
@@ -244,8 +261,8 @@ def parse_search(doc: Mapping[str, Any], max_limit: int) -> SearchQuery:
     if not isinstance(raw_filters, Mapping):
         raise _invalid("filters", "must be an object")
     filters = parse_filters(raw_filters)
-    top = _int("top", doc.get("top", DEFAULT_TOP), 1, MAX_TOP)
-    skip = _int("skip", doc.get("skip", 0), 0, max_limit - 1)
+    top = _int("top", doc.get("top", DEFAULT_TOP), 1, MAX_TOP, text=False)
+    skip = _int("skip", doc.get("skip", 0), 0, max_limit - 1, text=False)
     if skip + top > max_limit:
         raise _invalid(
             "skip", f"skip + top must be at most {max_limit} (a search ranks the best {max_limit})"
@@ -258,7 +275,7 @@ def parse_search(doc: Mapping[str, Any], max_limit: int) -> SearchQuery:
         flags[name] = v
     tier = doc.get("trust_tier_min")
     if tier is not None:
-        tier = _int("trust_tier_min", tier, 1, 3)
+        tier = _int("trust_tier_min", tier, 1, 3, text=False)
     return SearchQuery(query, filters, top, skip, flags["ranked"], flags["include_metadata"], tier)
 
 

@@ -122,6 +122,11 @@ def test_etag_covers_feed_query_and_entitlement() -> None:
         b"colour=red",
         b"top=1&top=2",
         b"tag=" + b"x" * 5000,
+        # a hard filter with nothing left once normalized is refused, never dropped
+        b"tag=---",
+        b"tag=%00",
+        b"capability=%21%21",
+        b"tag=ok,--",
     ],
 )
 def test_list_query_bounds(qs: bytes) -> None:
@@ -132,6 +137,9 @@ def test_list_query_bounds(qs: bytes) -> None:
 def test_list_query_values() -> None:
     q = parse_list_query(b"capability=Translation,Language&capability=nlp&language=FR&top=5")
     assert q.filters.capabilities == ("translation", "language", "nlp")
+    assert parse_list_query(b"tag=Smart Contracts,smart-contracts").filters.tags == (
+        "smart-contracts",
+    )
     assert q.filters.languages == ("fr",) and q.top == 5 and q.skip == 0
 
 
@@ -148,6 +156,12 @@ def test_list_query_values() -> None:
         {"skip": 99, "top": 2},
         {"query": "x" * 2001},
         {"filters": {"tags": ["t"] * 17}},
+        {"filters": {"capabilities": ["!!!"]}},
+        {"filters": {"certification": {"verified": "yes"}}},
+        {"filters": {"certification": {"governed": 1}}},
+        {"top": "3"},  # a JSON body's integers are JSON numbers
+        {"skip": "2"},
+        {"trust_tier_min": "2"},
     ],
 )
 def test_search_body_bounds(doc: dict[str, object]) -> None:
