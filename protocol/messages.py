@@ -33,7 +33,7 @@ from .envelope import (
     parse_identity,
     task_id_hint,
 )
-from .errors import ErrorCode, InvalidHeader, InvalidParameter
+from .errors import ErrorCode, InvalidHeader, InvalidParameter, UnknownBodyField
 from .haidip_cards import with_card
 from .newer import agent_ref
 from .request_types import (
@@ -67,16 +67,44 @@ from .request_types import (
 # -- DESCRIBE / ACTIVATE -------------------------------------------------------------
 
 
+# What a DESCRIBE's parameters may name (no parameter: this ANS itself).
+DESCRIBE_PARAMETERS = frozenset({"canonical_id", "name", "agent_id"})
+
+
 def parse_describe(headers: Mapping[str, str], body: bytes, limits: Limits) -> DescribeRequest:
     check_envelope_headers(headers)
     identity = parse_identity(headers) if has_identity(headers) else None
     env = parse_envelope("DESCRIBE", headers, body, limits)
     cid = env.parameters.get("canonical_id")
-    if cid is not None and (not isinstance(cid, str) or CANONICAL_ID_RE.fullmatch(cid) is None):
-        with answering(env.task_id):
+    with answering(env.task_id):
+        # An agent named some other way than these must never get this ANS's
+        # own manifest (the answer to DESCRIBE without parameters).
+        unknown = sorted(set(env.parameters) - DESCRIBE_PARAMETERS)
+        if unknown:
+            raise UnknownBodyField(
+                f"{unknown[0][:40]}: DESCRIBE takes canonical_id, name or agent_id "
+                "(or Target-Agent)"
+            )
+        if cid is not None and (
+            not isinstance(cid, str) or CANONICAL_ID_RE.fullmatch(cid) is None
+        ):
             raise InvalidParameter(
                 "canonical_id", "must be an identifier of at most 256 characters"
             )
+        for key in ("name", "agent_id"):  # as the newer dialect's DESCRIBE takes them
+            raw = env.parameters.get(key)
+            if raw is None:
+                continue
+            if not isinstance(raw, str):
+                raise InvalidParameter("name", f"{key} must be a string")
+            try:
+                ref = agent_ref(raw)
+            except ValueError as exc:
+                raise InvalidParameter("name", f"{key}: {exc}") from None
+            named = ref.canonical_id or ref.name
+            if cid is not None and cid != named:
+                raise InvalidParameter("name", f"{key} and canonical_id name different agents")
+            cid = named
     target = headers.get("target-agent")
     if target is not None and target.strip():
         # The reference client names the agent in Target-Agent: never ignored

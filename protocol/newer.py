@@ -295,6 +295,16 @@ def _map_base09(params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _names(text: str) -> str | None:
+    """What an agent reference names (its canonical id, else its name); None
+    when it is no reference (refused later, where it is read)."""
+    try:
+        ref = agent_ref(text)
+    except ValueError:
+        return None
+    return ref.canonical_id or ref.name
+
+
 def name_parameter(params: Mapping[str, Any]) -> AgentRef | None:
     raw = params.get("name")
     if raw is None:
@@ -379,8 +389,15 @@ def parse_describe(
             raise InvalidParameter("parameters", "must be a JSON object")
         if unknown := set(params) - DESCRIBE_PARAMETERS:
             raise _unknown(unknown, "DESCRIBE parameters")
-        if ref_text is None and path.startswith("/agents/"):
-            ref_text = path[len("/agents/") :]
+        if path.startswith("/agents/"):
+            named = path[len("/agents/") :]
+            if ref_text is None:
+                ref_text = named
+            elif _names(named) != _names(ref_text):
+                raise InvalidHeader(
+                    "Target-Agent and the request path name different agents",
+                    code=ErrorCode.INVALID_TARGET_AGENT,
+                )
         elif path != "/":
             raise NotFound(
                 f"DESCRIBE {path[:80]} is not served here; use / or /agents/{{name-or-id}}",

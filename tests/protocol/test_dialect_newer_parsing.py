@@ -213,6 +213,9 @@ def test_describe_targets() -> None:
     assert asked.request.identity is not None and asked.target.canonical_id == HEX.lower()
     by_body = describe(IDENT, "/", {"parameters": {"canonical_id": HEX}})
     assert by_body.target.canonical_id == HEX.lower()
+    # the path and Target-Agent may both name the agent: the same one, in any spelling
+    both = describe({**IDENT, "target-agent": f"agtp://{HEX}"}, f"/agents/{HEX}")
+    assert both.target == AgentRef(canonical_id=HEX.lower())
 
 
 @pytest.mark.parametrize(
@@ -221,6 +224,8 @@ def test_describe_targets() -> None:
         ({}, "/agents", None, ErrorCode.UNKNOWN_PATH),
         ({}, "/other", None, ErrorCode.UNKNOWN_PATH),
         ({"target-agent": "a b"}, "/", None, ErrorCode.INVALID_TARGET_AGENT),
+        ({"target-agent": "bookbot.acme.tld"}, f"/agents/{HEX}", None,
+         ErrorCode.INVALID_TARGET_AGENT),
         (IDENT, "/", {"parameters": {"canonical_id": 3}}, ErrorCode.INVALID_CANONICAL_ID),
         (IDENT, "/", {"parameters": {"intent": "x"}}, ErrorCode.UNKNOWN_BODY_FIELD),
         (IDENT, "/", {"target": "x"}, ErrorCode.UNKNOWN_BODY_FIELD),
@@ -264,3 +269,29 @@ def test_02_describe_honours_target_agent() -> None:
             Limits(),
         )
     assert exc.value.code == ErrorCode.INVALID_TARGET_AGENT
+
+
+def test_02_describe_takes_a_name_parameter_and_refuses_any_other() -> None:
+    def describe(params: dict[str, Any], **headers: str) -> Any:
+        body = orjson.dumps({"method": "DESCRIBE", "task_id": "t", "parameters": params})
+        return parse_describe({**OLD, **headers}, body, Limits())
+
+    assert describe({"name": "solidity-auditor.chainguard-audits.example"}).canonical_id == (
+        "solidity-auditor.chainguard-audits.example"
+    )
+    assert describe({"name": f"agtp://{HEX}"}).canonical_id == HEX.lower()
+    assert describe({"name": f"agtp://{HEX}", "canonical_id": HEX.lower()}).canonical_id == (
+        HEX.lower()
+    )
+    assert describe({"agent_id": HEX}).canonical_id == HEX.lower()  # as the newer DESCRIBE
+    assert describe({}).canonical_id is None  # this ANS itself
+    for params, field in (
+        ({"agent": HEX}, "agent"),  # never this ANS's own manifest for a named agent
+        ({"nme": "x.example"}, "nme"),
+        ({"name": 5}, "name"),
+        ({"name": f"agtp://{HEX}", "canonical_id": "other"}, "name"),
+    ):
+        with pytest.raises(AgtpError) as exc:
+            describe(params)
+        assert (exc.value.status, exc.value.task_id) == (422, "t")
+        assert field in exc.value.message
