@@ -231,8 +231,17 @@ class Config:
         return host.strip("[]") or "127.0.0.1", int(port)
 
     def validate(self) -> Config:
-        self.host_port  # noqa: B018 - raises ConfigError when malformed
-        self.native_host_port  # noqa: B018
+        host, port = self.host_port  # raises ConfigError when malformed
+        native = self.native_host_port
+        if native is not None and port != 0 and native[1] == port:
+            # SO_REUSEPORT would let both listeners bind it, and the kernel would
+            # hand each connection to either one (HTTP/2 or native framing) at random
+            wild = {"0.0.0.0", "::", ""}  # noqa: S104 - compared with, not bound
+            if native[0] == host or native[0] in wild or host in wild:
+                raise ConfigError(
+                    f"native_listen {self.native_listen!r} and listen {self.listen!r} "
+                    "share a port; give each listener its own"
+                )
         if not 1 <= self.default_limit <= self.max_limit <= 10_000:
             raise ConfigError("need 1 <= default_limit <= max_limit <= 10000")
         if not 0.0 <= self.min_capability_match <= 1.0:

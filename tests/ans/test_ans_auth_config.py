@@ -155,6 +155,20 @@ def test_max_connections_and_the_caps_under_the_open_file_limit(tmp_path: Path) 
     assert connection_caps(cfg, 1_048_576) == (10, 0)
 
 
+def test_the_two_listeners_never_share_a_port() -> None:
+    # both would bind it (SO_REUSEPORT) and split connections between two framings
+    for listen, native in (
+        ("127.0.0.1:4781", "127.0.0.1:4781"),
+        ("127.0.0.1:4781", "0.0.0.0:4781"),
+        ("0.0.0.0:4781", "[::1]:4781"),
+    ):
+        with pytest.raises(ConfigError, match="share a port"):
+            load(None, listen=listen, native_listen=native)
+    assert load(None, listen="127.0.0.1:4781", native_listen="127.0.0.1:4782").native_listen
+    assert load(None, listen="127.0.0.1:4781", native_listen="127.0.0.2:4781").native_listen
+    assert load(None, listen="127.0.0.1:0", native_listen="127.0.0.1:0").native_listen
+
+
 def test_request_timeout(tmp_path: Path) -> None:
     assert load(None).request_timeout == 10.0
     assert load(write(tmp_path, "[server]\nrequest_timeout = 2.5\n")).request_timeout == 2.5
