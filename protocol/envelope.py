@@ -157,9 +157,9 @@ def parse_envelope(
     task_id = header_task if header_task is not None else body_task
     with answering(task_id):
         check_body_shape(method, doc)
-    params = doc.get("parameters", {})
-    if not isinstance(params, dict):
-        raise InvalidParameter("parameters", "must be a JSON object")
+        params = doc.get("parameters", {})
+        if not isinstance(params, dict):
+            raise InvalidParameter("parameters", "must be a JSON object")
     return Envelope(task_id, params)
 
 

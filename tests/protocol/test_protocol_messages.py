@@ -172,6 +172,14 @@ def test_task_id_from_header_or_body() -> None:
     assert same.task_id == "t-3"
 
 
+@pytest.mark.parametrize("params", [None, [], "x", 3])
+def test_parameters_that_are_no_object_are_refused_with_the_bodys_task_id(params: Any) -> None:
+    doc = {"method": "DISCOVER", "task_id": "t-9", "parameters": params}
+    with pytest.raises(AgtpError) as exc:
+        parse_discover(HEADERS, orjson.dumps(doc), Limits())
+    assert (exc.value.status, exc.value.task_id) == (422, "t-9")
+
+
 def test_lowercase_body_method_accepted() -> None:
     assert (
         parse_discover(HEADERS, orjson.dumps({"method": "discover"}), Limits()).params.limit == 10
