@@ -170,7 +170,7 @@ def loads(data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES, max_depth: int = M
             value = orjson.loads(data)
         written = orjson.dumps(value)
     except orjson.JSONDecodeError as exc:
-        raise MalformedJson(f"malformed JSON: {str(exc)[:160]}") from None
+        raise MalformedJson(f"malformed JSON: {_not_utf8(data) or str(exc)[:160]}") from None
     except orjson.JSONEncodeError:  # nested deeper than orjson writes (~250 levels)
         return _decode(_DECODER, data)
     if written == data:
@@ -186,6 +186,16 @@ def loads(data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES, max_depth: int = M
         del value
         return _decode(_EXACT, data)
     return value
+
+
+def _not_utf8(data: bytes) -> str | None:
+    """Where ``data`` stops being UTF-8 (orjson says "surrogates not allowed"
+    of any invalid byte, a Latin-1 or UTF-16 body's included), else None."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"the body is not UTF-8 (byte {exc.start}: {exc.reason})"
+    return None
 
 
 def _decode(decoder: json.JSONDecoder, data: bytes) -> Any:

@@ -238,6 +238,8 @@ def test_valid_surrogate_pair_escape_accepted() -> None:
 )
 def test_invalid_utf8_rejected(data: bytes) -> None:
     _rejects(data)
+    with pytest.raises(MalformedJson, match="not UTF-8 \\(byte"):
+        loads(data)  # said so, with where: not "surrogates not allowed" for a Latin-1 body
 
 
 @pytest.mark.parametrize(
