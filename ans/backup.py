@@ -96,6 +96,9 @@ def backup(data_dir: Path, target: Path) -> BackupReport:
         raise BackupError(f"{data_dir} holds no registry ({REGISTRY}); nothing to back up")
     if target.exists() and any(target.iterdir()):
         raise BackupError(f"{target} exists and is not empty; back up into a new directory")
+    if target.resolve().is_relative_to(data_dir.resolve()):
+        # the copy would hold its own partial output, and a restore of it the backups
+        raise BackupError(f"{target} is inside the data directory; back up outside it")
     target.mkdir(parents=True, exist_ok=True)
     # The registry first: the audit log copied after it is at least as long,
     # and the restored server completes it from the outbox if not.

@@ -35,6 +35,7 @@ from typing import Any
 
 from ans.protocol.errors import AuthenticationFailed, ErrorCode, InvalidAuthorityScope
 from ans.protocol.messages import ZONE_RE, Identity
+from ans.protocol.request_types import _PRINTABLE_RE
 from ans.protocol.scope import AuthorityScope, ScopeToken, parse_token
 
 # Generated keys are "ans_" + 43 base64url characters (32 random bytes); a
@@ -98,6 +99,9 @@ def _text(entry: Mapping[str, Any], name: str, where: str, *, required: bool) ->
         return None
     if not isinstance(value, str) or not value.strip() or len(value) > MAX_FIELD_CHARS:
         raise ConfigProblem(f"{where}: {name} must be a non-empty string")
+    if _PRINTABLE_RE.fullmatch(value.strip()) is None:
+        # what an identity header may carry: the key stands for those headers
+        raise ConfigProblem(f"{where}: {name} must be printable ASCII (no control characters)")
     return value.strip()
 
 

@@ -81,6 +81,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from ..store_open import default_node, open_store
 
     cfg = config_mod.load(args.config, data_dir=args.data_dir, store=args.store)
+    if not cfg.store and not (cfg.data_dir / "registry.sqlite3").is_file():
+        # a mistyped --data-dir would otherwise get a fresh, empty registry
+        raise ConfigError(f"{cfg.data_dir} holds no ANS registry (registry.sqlite3)")
     check_data_dir(cfg.data_dir)
     try:
         lock = DataDirLock.acquire(cfg.data_dir, "ans mcp")

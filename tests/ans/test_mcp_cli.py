@@ -79,3 +79,13 @@ def test_rotate_and_forget(
     status, body = w3.post(announce(other, {**agent, "public_key": other.pem}))
     assert status == 200, body
     assert any(r["event"] == "mcp_key_pinned" for r in w3.audit())
+
+
+def test_a_data_dir_without_a_registry_is_refused_not_created(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "mistyped"
+    assert main(["mcp", "keys", "--data-dir", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert "holds no ANS registry" in err and err.count("\n") == 1
+    assert not missing.exists()

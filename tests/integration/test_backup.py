@@ -105,6 +105,9 @@ def test_restore_refuses_a_tampered_backup(tmp_path: Path) -> None:
     assert not (tmp_path / "r").exists()
     nothing = ans("backup", str(tmp_path / "b2"), "--data-dir", str(tmp_path / "nowhere"))
     assert nothing.returncode == 2 and "holds no registry" in nothing.stderr
+    inside = ans("backup", str(data / "inner"), "--data-dir", str(data))
+    assert inside.returncode == 2 and "inside the data directory" in inside.stderr
+    assert inside.stderr.count("\n") == 1 and not (data / "inner").exists()
 
 
 @pytest.mark.parametrize("bad", ["backup.json", "registry.sqlite3"])
