@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import IO
 
 import httpx
-import orjson
 
+from ans.protocol import jsonstrict
+from ans.protocol.errors import AgtpError
 from ans.protocol.messages import AGTP_VERSION, CONTENT_TYPE
 
 from .import_progress import ImportProgress, count_records
@@ -91,12 +92,17 @@ async def _send_all(
 
     async def one(name: str, lineno: int, line: bytes) -> None:
         try:
-            params = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            report.refused.append(OnlineRefusal(name, lineno, 400, "malformed_json", str(exc)))
+            jsonstrict.loads(line)  # one JSON value, as the server parses it
+        except AgtpError as exc:  # malformed, or over the body limit
+            report.refused.append(OnlineRefusal(name, lineno, exc.status, exc.code, exc.message))
             return
         task_id = f"import-{lineno}"
-        body = orjson.dumps({"method": "ACTIVATE", "task_id": task_id, "parameters": params})
+        # The line goes as written: a re-serialization would turn an integer
+        # beyond 64 bits into a float the server then stores.
+        body = b'{"method":"ACTIVATE","task_id":"%s","parameters":%s}' % (
+            task_id.encode(),
+            line.strip(),
+        )
         headers = {
             "agtp-version": AGTP_VERSION,
             "content-type": CONTENT_TYPE,

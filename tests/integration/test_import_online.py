@@ -37,6 +37,12 @@ def catalog(key: SigningKey, path: Path) -> None:
             if i == 5:
                 fh.write(b"\n")  # blank lines are not records
         fh.write(b'{"manifest": {"document_type": "agtp-manifest"}}\n')  # refused
+        # refused as the server would parse them: a duplicate key; an integer no signed
+        # answer can carry, sent as written (never re-serialized into a float)
+        fh.write(b'{"manifest": {}, "manifest": {}}\n')
+        doc = copy.deepcopy(base)
+        doc["capabilities"] = {**doc.get("capabilities", {}), "n": 2**80}
+        fh.write(json.dumps(doc).encode() + b"\n")
 
 
 def test_import_into_a_running_server_counts_records(tmp_path: Path) -> None:
@@ -62,10 +68,11 @@ def test_import_into_a_running_server_counts_records(tmp_path: Path) -> None:
         assert run.returncode == 0, run.stderr
         summary = [x for x in run.stderr.splitlines() if "records in" in x]
         assert len(summary) == 1
-        assert f"{N + 1:,} records" in summary[0]
-        assert f"{N:,} imported" in summary[0] and "1 refused" in summary[0]
+        assert f"{N + 3:,} records" in summary[0]
+        assert f"{N:,} imported" in summary[0] and "3 refused" in summary[0]
         assert "retries after 429/503" in summary[0]
         assert "manifest_missing_field" in run.stderr
+        assert "malformed_json" in run.stderr and "invalid_capabilities" in run.stderr
         with AgtpClient(
             srv.url,
             agent_id="agtp://p.example/agents/x",
