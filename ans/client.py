@@ -42,6 +42,7 @@ from ans.protocol.dialect import NEWER_CONTENT_TYPE, Dialect
 from ans.protocol.errors import AgtpError, ErrorCode, SignatureInvalid, UnsignedResponse
 from ans.protocol.messages import AGTP_VERSION, CONTENT_TYPE, query_digest
 from ans.protocol.native import NativeResponse, NativeResponseParser, encode_request
+from ans.protocol.request_types import _PRINTABLE_RE
 
 from .attribution import verify_record
 from .refusals import check_refusal
@@ -99,6 +100,12 @@ class _Client:
                 "principal-id": principal_id,
                 "authority-scope": scope,
             }
+        for name, value in self.identity.items():
+            # the server would refuse it (400); h2 would not even send a newline
+            if value and (len(value) > 512 or _PRINTABLE_RE.fullmatch(value) is None):
+                raise UnsendableParameters(
+                    f"{name} must be at most 512 printable ASCII characters, got {value[:60]!r}"
+                )
 
     def __enter__(self) -> Self:
         return self

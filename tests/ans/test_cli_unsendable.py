@@ -49,3 +49,15 @@ def test_activate_of_a_document_json_cannot_carry_fails_in_one_line(
     err = capsys.readouterr().err
     assert err.startswith("ans: ACTIVATE parameters cannot be sent as JSON")
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--principal-id", "ops\nteam"), ("--agent-id", "agtp://x/\u00e9")]
+)
+def test_an_identity_no_header_can_carry_fails_in_one_line(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["discover", "audit contracts", "--server", DEAD, flag, value]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ans: {flag[2:]} must be at most 512 printable ASCII characters")
+    assert err.count("\n") == 1
