@@ -213,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=int, default=500, help="py-spy samples a second")
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "ans-bench")
     ap.add_argument("--out", type=Path, help="default bench/results/served_profile-AGENTS.json")
+    ap.add_argument("--keep-samples", type=Path, help="also keep py-spy's raw files in this dir")
     args = ap.parse_args(argv)
     args.py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if importlib.util.find_spec("py_spy") is None and not Path(args.py_spy).is_file():
@@ -256,6 +257,10 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or ROOT / "bench" / "results" / f"served_profile-{args.agents}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n")
+    if args.keep_samples is not None:
+        args.keep_samples.mkdir(parents=True, exist_ok=True)
+        for side in ("ans", "floor"):
+            shutil.copy(work / f"{side}.txt", args.keep_samples / f"{side}-{args.agents}.txt")
     shutil.rmtree(work, ignore_errors=True)
     return 0
 
