@@ -340,15 +340,19 @@ def in_process(
         for t in texts:
             matcher.query_vectors(t)  # type: ignore[attr-defined]
         embed_cold = (time.thread_time_ns() - t0) / len(queries) / 1000.0
+        def staged_pass() -> tuple[list[int], list[dict[str, Any]]]:
+            """One pass with the stage timers: (CPU per query, the stage table)."""
+            stages = Stages()
+            instrument(stages)
+            try:
+                cpu, _ = asyncio.run(one_pass())
+            finally:
+                stages.restore()
+            return cpu, stages.rows(len(bodies))
+
         asyncio.run(one_pass())  # warm-up
         totals, answers = asyncio.run(one_pass())
-        stages = Stages()
-        instrument(stages)
-        try:
-            staged, _ = asyncio.run(one_pass())
-        finally:
-            stages.restore()
-        rows = stages.rows(len(queries))
+        staged, rows = staged_pass()
         novel: dict[str, Any] | None = None
         if first_seen is not None:
             first, second = first_seen
@@ -356,12 +360,7 @@ def in_process(
             bodies = envelopes(first)
             fresh, _ = asyncio.run(one_pass())
             bodies = envelopes(second)
-            stages = Stages()
-            instrument(stages)
-            try:
-                staged_fresh, _ = asyncio.run(one_pass())
-            finally:
-                stages.restore()
+            staged_fresh, fresh_rows = staged_pass()
             bodies = bodies_warm
             ordered_fresh = sorted(fresh)
             novel = {
@@ -369,7 +368,7 @@ def in_process(
                 "cpu_us_mean": round(sum(fresh) / len(fresh) / 1000.0, 1),
                 "cpu_us_p50": round(ordered_fresh[len(fresh) // 2] / 1000.0, 1),
                 "instrumented_us_mean": round(sum(staged_fresh) / len(staged_fresh) / 1000.0, 1),
-                "stages": stages.rows(len(second)),
+                "stages": fresh_rows,
             }
         top = []
         for body in answers:

@@ -385,32 +385,36 @@ def test_reactivation_replaces_the_record(
     assert svc.store.count() == len(AGENTS)
 
 
-def test_registry_survives_restart(make_ans: Any,
-    world: dict[str, Any], embedder: Any, gov_key: SigningKey
-) -> None:
+def restarted(make_ans: Any, world: dict[str, Any]) -> tuple[dict[str, Any], AnsService, int]:
+    """The world's answer to SOLIDITY (tiers 1-3), then the service closed and
+    started again on its data dir (it replaces the world's): (answer, the new
+    service, how many agents it loaded)."""
     svc = world["svc"]
     first = discover(svc, intent=SOLIDITY, trust_tier_min=3)
     svc.audit.close()
     svc.store.close()
     again = make_ans(world["cfg"], fixed_ids=True)
-    assert again.load() == len(AGENTS)
-    assert again.key.kid == svc.key.kid  # the signing key is reused, kid stable
+    loaded = again.load()
+    world["svc"] = again
+    return first, again, loaded
+
+
+def test_registry_survives_restart(make_ans: Any,
+    world: dict[str, Any], embedder: Any, gov_key: SigningKey
+) -> None:
+    kid = world["svc"].key.kid
+    first, again, loaded = restarted(make_ans, world)
+    assert loaded == len(AGENTS)
+    assert again.key.kid == kid  # the signing key is reused, kid stable
     second = discover(again, intent=SOLIDITY, trust_tier_min=3)
     assert labels(first) == labels(second)
     assert (world["path"] / "ans-signing-key.pem").stat().st_mode & 0o777 == 0o600
-    world["svc"] = again
 
 
 def test_a_restart_holds_every_agents_result_fields_and_a_reactivation_replaces_them(
     make_ans: Any, world: dict[str, Any], make_manifest: Callable[..., dict[str, Any]]
 ) -> None:
-    svc = world["svc"]
-    first = discover(svc, intent=SOLIDITY, trust_tier_min=3)
-    svc.audit.close()
-    svc.store.close()
-    again = make_ans(world["cfg"], fixed_ids=True)
-    again.load()
-    world["svc"] = again
+    first, again, _ = restarted(make_ans, world)
     ids = list(world["ids"].values())
     cache = again.index.fields_cache
     found, held, missing = cache.lookup(ids)
