@@ -118,9 +118,9 @@ class AnsService:
         self.names = NameResolver(ctx, index)
 
     # -- start-up and health -----------------------------------------------------------
-    def load(self, snapshot: Mapping[str, Any] | None = None) -> int:
+    def load(self, snapshot: Mapping[str, Any] | None = None, *, hold_fields: bool = True) -> int:
         """Fill the index from the store (and ``snapshot``): :meth:`IndexLoader.load`."""
-        return self.loader.load(snapshot)
+        return self.loader.load(snapshot, hold_fields=hold_fields)
 
     def save_snapshot(self, directory: Path, *, force: bool = False) -> bool:
         return self.loader.save_snapshot(directory, force=force)

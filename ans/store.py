@@ -35,7 +35,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -332,7 +332,7 @@ class SQLiteStore:
         finally:
             cur.close()
 
-    def iter_result_fields(self) -> Iterator[tuple[str, bytes]]:
+    def iter_result_fields(self) -> Generator[tuple[str, bytes], None, None]:
         rows = self._scan(
             "SELECT canonical_id, result_fields FROM agents WHERE lifecycle_state = 'Active' "
             "AND result_fields IS NOT NULL"

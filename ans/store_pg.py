@@ -40,7 +40,7 @@ are idempotent).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -417,7 +417,7 @@ class PostgresStore:
         rows = self._by_ids("canonical_id, result_fields", list(canonical_ids))
         return {cid: (bytes(blob) if blob is not None else None) for cid, blob in rows}
 
-    def iter_result_fields(self) -> Iterator[tuple[str, bytes]]:
+    def iter_result_fields(self) -> Generator[tuple[str, bytes], None, None]:
         for cid, blob in self._scan(
             "SELECT canonical_id, result_fields FROM agents WHERE lifecycle_state = 'Active' "
             "AND result_fields IS NOT NULL"

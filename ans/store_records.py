@@ -69,7 +69,7 @@ are never reused, and within one node increase in commit order.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
@@ -209,7 +209,7 @@ class RegistryStore(Protocol):
         None for a row written before it existed); absent ids are left out."""
         ...
 
-    def iter_result_fields(self) -> Iterator[tuple[str, bytes]]:
+    def iter_result_fields(self) -> Generator[tuple[str, bytes], None, None]:
         """Every Active agent's stored ``result_fields`` document (rows written
         before that column are left out), in no particular order."""
         ...

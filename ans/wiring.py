@@ -298,7 +298,7 @@ def build_offline_service(
     store = open_store(config.store or None, data_dir=data, node=default_node(config.store, data))
     audit = AuditLog(data / "audit.jsonl", clock, fsync=config.audit_fsync)
     service, snapshot, _ = _assemble(config, store, audit, signing_key, trusted, embedder, clock)
-    service.load(snapshot)
+    service.load(snapshot, hold_fields=False)
     return service, trusted
 
 

@@ -47,8 +47,9 @@ BLOB_BYTES = 16 << 20
 # document put in the bytes tier (:meth:`FieldsCache.hold`), up to this many
 # bytes: then an agent never returned before costs a decode, not a store read
 # (100k agents: 85 MB, read in 0.3-0.65 s; a DISCOVER of an intent never
-# answered before spent ~190 us in result fields, ~95 held). The tier then
-# keeps a quarter more room, for the agents that arrive later.
+# answered before spent ~310 us in result fields, ~45 held: docs/query-profile.md,
+# eighteenth round). The tier then keeps a quarter more room, for the agents
+# that arrive later.
 HOLD_BYTES = 384 << 20
 
 

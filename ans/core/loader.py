@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import closing
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -54,10 +55,12 @@ class IndexLoader:
         self.stats: dict[str, Any] = {}
         self._snapshot_seq: int | None = None
 
-    def load(self, snapshot: Mapping[str, Any] | None = None) -> int:
+    def load(self, snapshot: Mapping[str, Any] | None = None, *, hold_fields: bool = True) -> int:
         """Rebuild the registry from the store, and the capability index from
         ``snapshot`` (the meta of a snapshot already loaded into the matcher)
         plus the store's changes since, or from scratch when None.
+        ``hold_fields``: also read every agent's stored result fields into
+        memory (a server; ``ans import`` answers no DISCOVER).
 
         An Active agent whose manifest was signed by a governance key that is
         no longer trusted is not indexed (it stays in the store, and comes
@@ -130,9 +133,11 @@ class IndexLoader:
         # every indexed agent's result fields in memory (a catalog of at most
         # LARGE_CATALOG agents; ans.core.fields_cache): read before the fork
         held = 0
-        if holds_whole(len(registry)):
-            fields = [(cid, blob) for cid, blob in store.iter_result_fields() if cid in registry]
-            with index.lock:
+        if hold_fields and holds_whole(len(registry)):
+            # streamed (hold stops reading at its byte bound); at start-up no
+            # DISCOVER waits on the lock
+            with closing(store.iter_result_fields()) as docs, index.lock:
+                fields = ((cid, blob) for cid, blob in docs if cid in registry)
                 held = index.fields_cache.hold(fields, len(registry))
         t4 = time.perf_counter()
         self.stats = {
