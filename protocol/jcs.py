@@ -182,9 +182,10 @@ def _prepare(x: Any) -> Any:
 
 
 def unsafe_integer(value: Any, path: str = "") -> str | None:
-    """The path (``.a[2].b``) of the first integer in a parsed JSON value that
-    RFC 8785 cannot serialize (beyond the I-JSON safe range, 2^53 - 1), else
-    None: such a document cannot be signed, so it is refused where it enters."""
+    """The path (``.a[2].b``; ``.`` for the value itself) of the first integer
+    in a parsed JSON value that :func:`canonicalize` refuses (beyond ±2^53, the
+    I-JSON range), else None: such a document cannot be signed, so it is
+    refused where it enters."""
     stack = [(value, path)]
     while stack:
         v, at = stack.pop()
