@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from hypercorn.asyncio.tcp_server import TCPServer
 
-from . import answers, connections, control_frames, idle, late_data
+from . import answers, connections, control_frames, h11_errors, idle, late_data
 from .connections import client_key
 from .control_frames import CONTROL_BURST, PREFACE, ControlBudget, FrameCounter
 from .hooks import UnsupportedHypercorn, check_version, installed, verify
@@ -62,3 +62,4 @@ def install() -> None:
     connections.install()
     control_frames.install_budget()
     answers.install_answer_deadline()
+    h11_errors.install_error_bodies()

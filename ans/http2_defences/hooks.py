@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from hypercorn.asyncio.tcp_server import TCPServer
 from hypercorn.protocol import ProtocolWrapper
 from hypercorn.protocol.h2 import H2Protocol
+from hypercorn.protocol.h11 import H11Protocol
 
 SUPPORTED = ((0, 18), (0, 19))  # hypercorn >= 0.18, < 0.19: what the wrappers were written for
 MARK = "_ans_http2_defence"  # set on every wrapper this package installs
@@ -58,6 +59,8 @@ HOOKS = (
     Hook(TCPServer, "_idle_timeout", ("self",)),
     Hook(TCPServer, "_initiate_server_close", ("self",), patched=False),
     Hook(ProtocolWrapper, "handle", ("self", "event")),
+    Hook(H11Protocol, "_send_error_response", ("self", "status_code")),
+    Hook(H11Protocol, "_send_h11_event", ("self", "event"), patched=False),
 )  # fmt: skip
 
 

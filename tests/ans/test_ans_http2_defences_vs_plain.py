@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 import threading
 import time
@@ -25,6 +26,7 @@ from hypercorn.asyncio.tcp_server import TCPServer
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.protocol import ProtocolWrapper
 from hypercorn.protocol.h2 import H2Protocol
+from hypercorn.protocol.h11 import H11Protocol
 from hyperframe.frame import PriorityFrame
 
 from ans import drain, http2_defences
@@ -361,3 +363,36 @@ def test_an_idle_connection_gets_a_goaway_when_the_server_stops(plain: bool) -> 
         stop()
         client.read_until(lambda: client.goaway() is not None, seconds=3.0)
         assert (client.goaway() == h2.errors.ErrorCodes.NO_ERROR) is not plain
+
+
+# -- H11Protocol._send_error_response: HTTP/1.1 requests h11 cannot parse ------------------
+
+
+@ARMS
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",  # chunk size
+        b"GET / HTTP/1.1\r\nHost : x\r\n\r\n",  # a space before the colon
+        b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+    ],
+    ids=["chunk-size", "header-space", "two-lengths"],
+)
+def test_an_http1_request_h11_refuses_gets_the_error_object(plain: bool, raw: bytes) -> None:
+    with serving(_arm(plain, (H11Protocol, "_send_error_response"))) as (port, _, _):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=3.0)
+        sock.sendall(raw)
+        answer = b""
+        with contextlib.suppress(TimeoutError, ConnectionError):
+            while chunk := sock.recv(65536):
+                answer += chunk
+        sock.close()
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400")
+        if plain:
+            assert body == b""
+        else:
+            assert b"content-type: application/agtp+json" in head.lower()
+            doc = json.loads(body)
+            assert doc["status"] == 400 and doc["task_id"] is None
+            assert doc["error"]["code"] == "bad_request" and doc["error"]["message"]
