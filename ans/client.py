@@ -39,10 +39,17 @@ from ans.federation.transport import PeerError
 from ans.governance.keys import TrustedKeys
 from ans.governance.signing import RESULT_SIGNATURE_FIELD, verify_document
 from ans.protocol.dialect import NEWER_CONTENT_TYPE, Dialect
-from ans.protocol.errors import AgtpError, ErrorCode, SignatureInvalid, UnsignedResponse
+from ans.protocol.envelope import _header_text
+from ans.protocol.errors import (
+    AgtpError,
+    ErrorCode,
+    InvalidHeader,
+    SignatureInvalid,
+    UnsignedResponse,
+)
 from ans.protocol.messages import AGTP_VERSION, CONTENT_TYPE, query_digest
 from ans.protocol.native import NativeResponse, NativeResponseParser, encode_request
-from ans.protocol.request_types import _PRINTABLE_RE
+from ans.protocol.request_types import MAX_ID_LEN
 
 from .attribution import verify_record
 from .refusals import check_refusal
@@ -100,12 +107,15 @@ class _Client:
                 "principal-id": principal_id,
                 "authority-scope": scope,
             }
-        for name, value in self.identity.items():
-            # the server would refuse it (400); h2 would not even send a newline
-            if value and (len(value) > 512 or _PRINTABLE_RE.fullmatch(value) is None):
-                raise UnsendableParameters(
-                    f"{name} must be at most 512 printable ASCII characters, got {value[:60]!r}"
-                )
+        try:  # the server's own rule; h2 would not even send a newline
+            for name in self.identity:
+                _header_text(self.identity, name)
+        except InvalidHeader:
+            value = self.identity[name]
+            raise UnsendableParameters(
+                f"{name} must be at most {MAX_ID_LEN} printable ASCII characters, "
+                f"got {value[:60]!r}"
+            ) from None
 
     def __enter__(self) -> Self:
         return self
