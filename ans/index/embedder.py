@@ -13,6 +13,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from itertools import chain
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -38,7 +39,8 @@ class Embedder(Protocol):
 
 def normalize_rows(v: npt.NDArray[Any]) -> Vectors:
     v = np.asarray(v, dtype=np.float32)
-    norms = np.linalg.norm(v, axis=-1, keepdims=True)
+    # np.linalg.norm's own operations for real rows, without its dispatch
+    norms = np.sqrt(np.add.reduce(v * v, axis=-1, keepdims=True))
     out = np.zeros_like(v)
     np.divide(v, norms, out=out, where=norms > 1e-12)
     return out
@@ -81,6 +83,7 @@ class WordLlamaEmbedder:
         self._table = table
         self._vocab = int(table.shape[0])
         self._tok = wl.tokenizer
+        self._encode = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
         self.dim = int(table.shape[1])
         # no padding: we pool per text ourselves (padding to the longest text in a
         # batch would tokenize and gather pad tokens for nothing)
@@ -96,11 +99,13 @@ class WordLlamaEmbedder:
         counts = np.zeros(len(texts), dtype=np.float32)
         if not texts:
             return sums, counts
-        encoded = self._tok.encode_batch(list(texts), add_special_tokens=False)
+        # The ids alone: the fast batch call skips the offsets and masks an
+        # Encoding otherwise computes (the same ids; ~33 -> ~23 us a query).
+        encoded = self._encode(list(texts), add_special_tokens=False)
         top = self._vocab - 1
         ids = [enc.ids for enc in encoded]
-        lens = np.fromiter((len(i) for i in ids), dtype=np.int64, count=len(ids))
-        flat = np.fromiter((t for i in ids for t in i), dtype=np.int64, count=int(lens.sum()))
+        lens = np.array([len(i) for i in ids], dtype=np.int64)
+        flat = np.array(list(chain.from_iterable(ids)), dtype=np.int64)
         np.minimum(flat, top, out=flat)  # token ids are never negative
         counts[:] = lens
         ends = np.cumsum(lens)

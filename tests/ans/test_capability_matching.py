@@ -23,6 +23,7 @@ from ans.protocol.scope import parse_authority_scope
 
 from ans.config import Config
 from ans.examples_index import ExampleBlocks
+from ans.index.embedder import normalize_rows
 from ans.index.int8_rows import quantize
 from ans.lexical import K1, B, LexicalIndex
 from ans.matcher import CapabilityIndex, profile_from
@@ -320,6 +321,40 @@ def test_evidence_is_inside_the_signed_result(
             tampered, service.governance_keys.__class__.from_jwks(service.jwks()), "ans_signature"
         )
     service.store.close()
+
+
+def test_the_pooled_tokens_are_the_tokenizers_own_ids(embedder: Any) -> None:
+    """The batch call the embedder uses for speed (ids only) pools exactly the
+    tokens the tokenizer's plain ``encode`` gives, for accented, CJK, emoji,
+    punctuation-heavy and empty texts: each text's sum is its token rows added
+    in order, bit for bit the same as a gather of ``encode``'s ids."""
+    texts = [
+        "Réserve un vol Paris → Zürich, demain 7h",
+        "日本語のテキストを翻訳する",
+        "deploy 🚀 the k8s cluster!!! (prod/eu-west-1)",
+        "",
+        "a" * 3000,
+        "audit Solidity smart-contracts; re-entrancy & overflow?",
+    ]
+    sums, counts = embedder.embed_sums(texts)
+    table = embedder._table
+    for i, text in enumerate(texts):
+        ids = embedder._tok.encode(text, add_special_tokens=False).ids
+        assert counts[i] == len(ids)
+        if ids:
+            rows = np.ascontiguousarray(table[np.minimum(ids, len(table) - 1)].T)
+            assert np.array_equal(sums[i], np.add.reduceat(rows, [0], axis=1)[:, 0])
+
+
+def test_normalize_rows_is_linalg_norm_bit_for_bit() -> None:
+    rng = np.random.default_rng(7)
+    for scale in (1e-9, 1.0, 1e4):
+        v = (rng.standard_normal((9, 256)) * scale).astype(np.float32)
+        v[3] = 0.0  # a zero row stays zero
+        expected = np.zeros_like(v)
+        norms = np.linalg.norm(v, axis=-1, keepdims=True)
+        np.divide(v, norms, out=expected, where=norms > 1e-12)
+        assert normalize_rows(v).tobytes() == expected.tobytes()
 
 
 def test_embedding_a_text_alone_or_in_a_batch_gives_the_same_bits(embedder: Any) -> None:
