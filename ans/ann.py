@@ -55,6 +55,9 @@ class AnnSettings:
     train_size: int = 40_000  # vectors sampled to train the coarse quantizer
     threads: int = 1  # FAISS threads (the server's event loop shares the cores)
     seed: int = 1234
+    # the exhaustive scan's int8 layout (ans.index.layout): "auto" measures this
+    # machine at start-up; "packed" or "streamed" pins it
+    scan_layout: str = "auto"
 
     def candidates_at(self, live: int) -> int:
         """Candidates per source for the whole intent, ``live`` agents indexed:

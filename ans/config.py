@@ -636,6 +636,7 @@ def _rate_limit(body: Any) -> RateLimitSettings:
     return replace(defaults, **values)
 
 
+SCAN_LAYOUTS = ("auto", "packed", "streamed")
 _INDEX_BOUNDS = {
     "exact_max": (0, 100_000_000),
     "candidates": (8, 10_000),
@@ -650,8 +651,13 @@ _INDEX_BOUNDS = {
 def _index(body: Any) -> AnnSettings:
     if not isinstance(body, dict):
         raise ConfigError("[index] must be a table")
-    values: dict[str, int] = {}
+    values: dict[str, Any] = {}
     for key, value in body.items():
+        if key == "scan_layout":
+            if value not in SCAN_LAYOUTS:
+                raise ConfigError(f"[index] scan_layout must be one of {', '.join(SCAN_LAYOUTS)}")
+            values[key] = value
+            continue
         bounds = _INDEX_BOUNDS.get(key)
         if bounds is None:
             raise ConfigError(f"unknown key {key!r} in [index]")

@@ -36,7 +36,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 import structlog
@@ -50,6 +50,7 @@ from .embedder import Embedder, QueryVectors, Vectors, embedder_fingerprint
 from .equivalence import equivalence
 from .facet_file import FacetFile
 from .int8_rows import query_codes, similarities
+from .layout import Layout, force_layout
 from .layout import describe as scan_layout_description
 from .prefetch import ScanPrefetch
 from .profiles import (
@@ -156,6 +157,8 @@ class CapabilityIndex:
         self.embedder_fingerprint = embedder_fingerprint(embedder)
         self._dim = embedder.dim
         self.settings = settings or AnnSettings()
+        if self.settings.scan_layout != "auto":  # pinned by [index] scan_layout
+            force_layout(cast(Layout, self.settings.scan_layout))
         self._lock = threading.RLock()
         example_dims = min(self._dim, getattr(embedder, "prefix_dims", self._dim))
         self._table = SlotTable(self._dim, example_dims, keep_profiles=profile_source is None)

@@ -98,7 +98,7 @@ def int_dots(codes: npt.NDArray[np.int8], q8: npt.NDArray[np.int8]) -> npt.NDArr
     return np.asarray(numkong.dots_packed(q8, packed), dtype=np.int32)
 
 
-def _finish(raw: npt.NDArray[np.int32], row_scale: Vectors, q_scale: Vectors) -> Vectors:
+def finish_scan(raw: npt.NDArray[np.int32], row_scale: Vectors, q_scale: Vectors) -> Vectors:
     """Integer dot products (P, m) -> similarities (m, P), columns contiguous."""
     out = raw.astype(np.float32, order="C")  # int_dots gives a transposed view
     out *= row_scale[None, :]
@@ -232,7 +232,7 @@ class QRows:
             raw = self.packed.dots(self.codes, q8, n)
         else:
             raw = int_dots(self.codes[:n], q8)
-        return _finish(raw, self.scale[:n], q_scale)
+        return finish_scan(raw, self.scale[:n], q_scale)
 
     def scan_rows(self, queries: Vectors | QueryCodes, rows: npt.NDArray[np.integer]) -> Vectors:
         """Similarities of the given rows with the query vectors: (len(rows), P)."""
@@ -240,7 +240,7 @@ class QRows:
         rows = np.asarray(rows, dtype=np.intp)
         # take() copies whole rows; fancy indexing is ~3x slower for this gather
         raw = int_dots(self.codes.take(rows, axis=0), q8)
-        return _finish(raw, self.scale.take(rows), q_scale)
+        return finish_scan(raw, self.scale.take(rows), q_scale)
 
     def state(self, prefix: str, n: int) -> dict[str, npt.NDArray[np.generic]]:
         return {f"{prefix}_codes": self.codes[:n], f"{prefix}_scale": self.scale[:n]}

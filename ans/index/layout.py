@@ -17,9 +17,15 @@ machine of the same kind (2026-11-27, twelfth round) the streamed kernel costs
 ~58 ns a row whatever the number of query vectors (it is bound by arithmetic,
 not memory), 4-6x the packed copy with the rows in cache and no less with them
 evicted. :func:`scan_layout` therefore measures both, once per process, on a
-synthetic block of rows, hot and with the caches flushed, and keeps the packed
-copy only where it is clearly cheaper. The choice changes the time of a scan,
-never a number (the dot products are exact integers either way).
+synthetic block of rows, hot and with the caches flushed, for a DISCOVER
+scanning alone and for a batch of concurrent ones, each scan as far as the
+float similarities it hands on, and keeps the packed copy only where it is
+clearly cheaper. On an Intel machine with AMX (2026-11-28, nineteenth round)
+the dot products of two query vectors alone were a near tie (the choice
+flipped between starts), while the streamed product's transposed output made
+the whole scan of 8-32 query vectors (a batch) 1.25-1.75x the packed one's.
+The choice changes the time of a scan, never a number (the dot products are
+exact integers either way); ``[index] scan_layout`` pins it.
 """
 
 from __future__ import annotations
@@ -36,15 +42,25 @@ Layout = Literal["packed", "streamed"]
 
 DIM = 256
 CALIBRATION_ROWS = 8192  # 2 MiB of int8 rows: a small exhaustive scan
-CALIBRATION_QUERIES = 2  # an intent and one part (the load's mean is ~1.4 texts)
+# Query vectors a scan takes: an intent and one part (a DISCOVER scanning alone;
+# the load's mean is ~1.4 texts), and a batch of concurrent DISCOVERs' texts
+# (ans.core.scan_batch: under load most scans are batched). Each layout's
+# figures are the sums over both.
+CALIBRATION_QUERIES = (2, 16)
 CALIBRATION_REPS = 5
-EVICT_BYTES = 64 << 20  # read between cold runs: more than this kind's L3 (32 MiB)
-# The packed copy costs memory (28% over the rows) and upkeep: it must win clearly.
-PACKED_WINS_BELOW = 0.8
+# read between cold runs: more than an AMD machine of this kind's L3 (32 MiB); an
+# Intel one's is 480 MiB, and there "cold" means out of L1/L2 only
+EVICT_BYTES = 64 << 20
+# The packed copy costs memory (28% over the rows: ~6 MB at 10k agents) and a
+# re-pack once a sixteenth of the rows changed: it must win, and clearly enough
+# that a near tie does not flip the layout from one start to the next
+# (``[index] scan_layout`` pins it).
+PACKED_WINS_BELOW = 0.9
 
 _lock = threading.Lock()
 _choice: Layout | None = None
 _measured: dict[str, float] = {}
+_pinned = False  # chosen by force_layout, not measured
 
 
 def scan_layout() -> Layout:
@@ -60,16 +76,22 @@ def scan_layout() -> Layout:
 
 
 def force_layout(layout: Layout | None) -> None:
-    """Use ``layout`` from now on (tests, A/B benchmarks); None: measure again."""
-    global _choice
+    """Use ``layout`` from now on (``[index] scan_layout``, tests, A/B benchmarks);
+    None: measure again."""
+    global _choice, _pinned
     with _lock:
         _choice = layout
+        _pinned = layout is not None
         _measured.clear()
 
 
 def describe() -> dict[str, object]:
     """The layout in use and what it was chosen from (the health endpoint's index)."""
-    return {"scan_layout": _choice, "scan_layout_us": dict(_measured)}
+    return {
+        "scan_layout": _choice,
+        "scan_layout_pinned": _pinned,
+        "scan_layout_us": dict(_measured),
+    }
 
 
 def choose(measured: dict[str, float]) -> Layout:
@@ -83,25 +105,36 @@ def calibrate(
     rows: int = CALIBRATION_ROWS, reps: int = CALIBRATION_REPS, evict_bytes: int = EVICT_BYTES
 ) -> dict[str, float]:
     """Best-of-``reps`` microseconds of each layout's scan of ``rows`` random int8
-    rows, hot (back to back) and cold (after reading ``evict_bytes``)."""
+    rows, hot (back to back) and cold (after reading ``evict_bytes``), summed
+    over the query counts of :data:`CALIBRATION_QUERIES`."""
+    from .int8_rows import finish_scan, int_dots  # imports this module: here, not at the top
+
     rng = np.random.default_rng(rows)
     codes = rng.integers(-127, 128, (rows, DIM), dtype=np.int8)
-    q8 = rng.integers(-127, 128, (CALIBRATION_QUERIES, DIM), dtype=np.int8)
+    scale = rng.random(rows, dtype=np.float32)
     packed = numkong.dots_pack(codes)
     evict = np.ones(max(evict_bytes // 8, 1), dtype=np.uint64)
+    out = dict.fromkeys(
+        ("packed_hot_us", "packed_cold_us", "streamed_hot_us", "streamed_cold_us"), 0.0
+    )
+    for count in CALIBRATION_QUERIES:
+        q8 = rng.integers(-127, 128, (count, DIM), dtype=np.int8)
+        q_scale = rng.random(count, dtype=np.float32)
 
-    def packed_scan() -> None:
-        numkong.dots_packed(q8, packed)
+        # Each scan as far as the similarities it hands on (int8_rows.finish_scan):
+        # the streamed product comes out transposed, and with many query vectors
+        # its conversion is a large share of the scan.
+        def packed_scan(q8: np.ndarray = q8, q_scale: np.ndarray = q_scale) -> None:
+            finish_scan(np.asarray(numkong.dots_packed(q8, packed), dtype=np.int32), scale, q_scale)
 
-    def streamed_scan() -> None:
-        numkong.dots_packed(codes, numkong.dots_pack(q8))
+        def streamed_scan(q8: np.ndarray = q8, q_scale: np.ndarray = q_scale) -> None:
+            finish_scan(int_dots(codes, q8), scale, q_scale)
 
-    out: dict[str, float] = {}
-    for name, scan in (("packed", packed_scan), ("streamed", streamed_scan)):
-        scan()  # first-call costs (page faults, dispatch) are not the layout's
-        out[f"{name}_hot_us"] = _best(scan, reps, None)
-        out[f"{name}_cold_us"] = _best(scan, reps, evict)
-    return out
+        for name, scan in (("packed", packed_scan), ("streamed", streamed_scan)):
+            scan()  # first-call costs (page faults, dispatch) are not the layout's
+            out[f"{name}_hot_us"] += _best(scan, reps, None)
+            out[f"{name}_cold_us"] += _best(scan, reps, evict)
+    return {k: round(v, 1) for k, v in out.items()}
 
 
 def _best(scan: Callable[[], None], reps: int, evict: np.ndarray | None) -> float:

@@ -228,8 +228,14 @@ def test_the_layout_is_chosen_from_measured_scans() -> None:
     ) == "streamed"  # an AVX-512 machine (eighth round)
     # a near tie keeps the rows as stored: the copy must win clearly
     assert layout.choose(
-        {"packed_hot_us": 90, "packed_cold_us": 90, "streamed_hot_us": 100, "streamed_cold_us": 100}
+        {"packed_hot_us": 92, "packed_cold_us": 92, "streamed_hot_us": 100, "streamed_cold_us": 100}
     ) == "streamed"
+    assert layout.choose(  # an Intel machine with AMX (nineteenth round): whole scans
+        {"packed_hot_us": 604, "packed_cold_us": 727, "streamed_hot_us": 721, "streamed_cold_us": 871}
+    ) == "packed"
+    # the scan as the server runs it: the product and its float similarities,
+    # for a DISCOVER alone and for a batch's query vectors (summed)
+    assert layout.CALIBRATION_QUERIES == (2, 16)
     measured = layout.calibrate(rows=512, reps=2, evict_bytes=1 << 20)
     assert set(measured) == {
         "packed_hot_us", "packed_cold_us", "streamed_hot_us", "streamed_cold_us"

@@ -645,8 +645,41 @@ def test_index_section_of_the_config(tmp_path: Path) -> None:
         ('[index]\nnprobe = "8"\n', "integer"),
         ("[index]\ncandidates = 1\n", "must be in"),
         ("[index]\npart_candidates = -1\n", "must be in"),
+        ('[index]\nscan_layout = "tiled"\n', "scan_layout must be one of auto, packed, streamed"),
+        ("[index]\nscan_layout = 1\n", "scan_layout must be one of"),
         ("index = 3\n", "must be a table"),
     ):
         cfg.write_text(body)
         with pytest.raises(ConfigError, match=needle):
             load(cfg)
+
+
+def test_scan_layout_pinned_by_the_config(tmp_path: Path, embedder: Any) -> None:
+    """``[index] scan_layout`` pins the exhaustive scan's layout instead of the
+    start-up measurement; "auto" (the default) leaves it to the measurement."""
+    from ans.config import load
+    from ans.index import layout
+
+    cfg = tmp_path / "ans.toml"
+    assert load(None).index.scan_layout == "auto"
+    try:
+        for pinned in ("streamed", "packed"):
+            cfg.write_text(f'[index]\nscan_layout = "{pinned}"\n')
+            settings = load(cfg).index
+            assert settings.scan_layout == pinned
+            layout.force_layout(None)
+            CapabilityIndex(embedder, settings=settings)
+            described = layout.describe()
+            assert described == {
+                "scan_layout": pinned,
+                "scan_layout_pinned": True,
+                "scan_layout_us": {},
+            }
+            assert layout.scan_layout() == pinned  # nothing measured
+        layout.force_layout(None)
+        CapabilityIndex(embedder, settings=AnnSettings())  # auto: not pinned
+        assert layout.describe()["scan_layout"] is None
+        assert layout.scan_layout() in ("packed", "streamed")
+        assert layout.describe()["scan_layout_pinned"] is False
+    finally:
+        layout.force_layout(None)
