@@ -47,7 +47,9 @@ CALIBRATION_ROWS = 8192  # 2 MiB of int8 rows: a small exhaustive scan
 # (ans.core.scan_batch: under load most scans are batched). Each layout's
 # figures are the sums over both.
 CALIBRATION_QUERIES = (2, 16)
-CALIBRATION_REPS = 5
+# best of: on the AMX machine the packed/streamed ratio spread 0.68-0.86 over
+# five starts with 5, 0.79-0.83 with 9 (~0.2 s at start-up)
+CALIBRATION_REPS = 9
 # read between cold runs: more than an AMD machine of this kind's L3 (32 MiB); an
 # Intel one's is 480 MiB, and there "cold" means out of L1/L2 only
 EVICT_BYTES = 64 << 20
