@@ -37,34 +37,103 @@ FloatArray = npt.NDArray[np.float32]
 Ints = npt.NDArray[np.int32]
 
 
+# One word's slots, their BM25 contributions, and whether the slots ascend.
+Hit = tuple[Ints, npt.NDArray[np.float64], bool]
+# Read at candidates (:meth:`LexicalScores.at`) instead of summed over every slot
+# when the words' postings hold more than this many times as many entries as
+# there are candidates: a binary search per candidate and word against a pass
+# over every posting.
+SPARSE_RATIO = 16
+
+
 class LexicalScores:
-    """Normalized BM25 of one query text over slots [0, n), kept as the raw sums
-    (float64, from a ``bincount``) and read only where asked (:meth:`at`):
-    a query reads a few thousand candidates of a catalog of a million."""
+    """Normalized BM25 of one query text over slots [0, n), read only where asked
+    (:meth:`at`): a query reads a few thousand candidates of a catalog of a
+    million. Kept as its words' contributions; summed over every slot (a
+    ``bincount``, float64) only when a read needs it, else read at the asked
+    slots alone -- the same additions in the same order, so the same bits."""
 
-    __slots__ = ("n", "sums", "total", "touched")
+    __slots__ = ("_hits", "_sums", "_touched", "n", "total")
 
-    def __init__(
-        self, n: int, sums: npt.NDArray[np.float64] | None, total: float, touched: Ints
-    ) -> None:
+    def __init__(self, n: int, hits: list[Hit], total: float) -> None:
         self.n = n
-        self.sums = sums  # None: no query word is held by any slot
         self.total = total
-        self.touched = touched  # the slots the postings touched (unsorted, may repeat)
+        self._hits = hits  # per query word held by some slot, in word order
+        self._sums: npt.NDArray[np.float64] | None = None
+        self._touched: Ints | None = None
+
+    @property
+    def sums(self) -> npt.NDArray[np.float64] | None:
+        """Every slot's raw BM25 sum (None: no query word is held by any slot)."""
+        if self._sums is None and self._hits:
+            if len(self._hits) == 1:
+                slots, contrib, _ = self._hits[0]
+            else:
+                slots = self.touched
+                contrib = np.concatenate([h[1] for h in self._hits])
+            self._sums = cast(
+                npt.NDArray[np.float64], np.bincount(slots, weights=contrib, minlength=self.n)
+            )
+        return self._sums
+
+    @property
+    def touched(self) -> Ints:
+        """The slots the postings touched (unsorted, may repeat)."""
+        if self._touched is None:
+            if not self._hits:
+                self._touched = np.zeros(0, dtype=np.int32)
+            elif len(self._hits) == 1:
+                self._touched = self._hits[0][0]
+            else:
+                self._touched = np.concatenate([h[0] for h in self._hits])
+        return self._touched
 
     def at(self, pick: npt.NDArray[np.integer] | slice) -> FloatArray:
         """The scores at ``pick`` (slots, or a slice of them)."""
-        if self.sums is None:
+        if not self._hits:
             size = len(range(self.n)[pick]) if isinstance(pick, slice) else len(pick)
             return np.zeros(size, dtype=np.float32)
-        # take: the same values as sums[pick], ~3x faster for an int32 index array
-        picked = self.sums[pick] if isinstance(pick, slice) else self.sums.take(pick)
+        if isinstance(pick, slice):
+            sums = self.sums
+            assert sums is not None
+            picked = sums[pick]
+        elif self._sums is None and self._sparse(len(pick)):
+            picked = self._sums_at(np.asarray(pick))
+        else:
+            sums = self.sums
+            assert sums is not None
+            picked = sums.take(pick)  # the same values as sums[pick], ~3x faster
         out: FloatArray = (picked / self.total).astype(np.float32)
+        return out
+
+    def _sparse(self, picked: int) -> bool:
+        """Whether reading ``picked`` slots alone is cheaper than the dense sums,
+        and possible: each word's slots ascending (the postings' base; a word
+        with postings added one at a time since the last compaction may not be)."""
+        entries = sum(len(h[0]) for h in self._hits)
+        return entries > SPARSE_RATIO * picked and all(h[2] for h in self._hits)
+
+    def _sums_at(self, pick: npt.NDArray[np.integer]) -> npt.NDArray[np.float64]:
+        """The raw sums at ``pick``: each word's contribution added in word order,
+        as the ``bincount`` of :attr:`sums` adds them."""
+        out = np.zeros(len(pick), dtype=np.float64)
+        for slots, contrib, _ in self._hits:
+            if not len(slots):  # a word whose postings a facet mask emptied
+                continue
+            pos = np.searchsorted(slots, pick)
+            np.minimum(pos, len(slots) - 1, out=pos)
+            found = slots[pos] == pick
+            out[found] += contrib[pos[found]]
         return out
 
     def dense(self) -> FloatArray:
         """Every slot's score."""
         return self.at(slice(0, self.n))
+
+
+def ascending(slots: Ints) -> bool:
+    """Whether ``slots`` is strictly ascending."""
+    return len(slots) < 2 or bool((slots[1:] > slots[:-1]).all())
 
 
 class LexicalIndex:
@@ -84,7 +153,7 @@ class LexicalIndex:
         # keyed by (word id, facet mask bits): a capability_domains query's
         # contributions are kept as the common query's are
         self._impact_cache: OrderedDict[
-            tuple[int, int], tuple[float, Ints, npt.NDArray[np.float64]]
+            tuple[int, int], tuple[float, Ints, npt.NDArray[np.float64], bool]
         ] = OrderedDict()
         self._impact_size = 0
         self._impact_version = -1
@@ -173,9 +242,8 @@ class LexicalIndex:
         the next write changes the collection statistics."""
         word_sets = [sorted(set(words(q))) for q in queries]
         n_docs = self._docs
-        none = np.zeros(0, dtype=np.int32)
         if n_docs == 0:
-            return [LexicalScores(n_slots, None, 1.0, none) for _ in queries]
+            return [LexicalScores(n_slots, [], 1.0) for _ in queries]
         vocab = sorted(set().union(*word_sets))
         position = {w: i for i, w in enumerate(vocab)}
         unseen_idf = math.log(1.0 + (n_docs + 0.5) / 0.5)
@@ -197,7 +265,7 @@ class LexicalIndex:
             self._impact_version = self._version
         avg = max(float(self._total @ mask) / n_docs, 1e-9)
         lengths: FloatArray | None = None
-        per_word: list[tuple[Ints, npt.NDArray[np.float64]] | None] = [None] * len(vocab)
+        per_word: list[Hit | None] = [None] * len(vocab)
         for i, w in enumerate(vocab):
             kid = self.postings.key_id.get(w)
             if kid is None:
@@ -206,8 +274,8 @@ class LexicalIndex:
             hit = self._impact_cache.get(key) if key is not None else None
             if hit is not None and key is not None:
                 self._impact_cache.move_to_end(key)
-                idf[i], slots, contrib = hit
-                per_word[i] = (slots, contrib)
+                idf[i], slots, contrib, ordered = hit
+                per_word[i] = (slots, contrib, ordered)
                 continue
             slots, tfs = self.postings.postings(kid)
             df = len(slots)
@@ -224,27 +292,18 @@ class LexicalIndex:
                 lengths = self._len_all if full else self._masked(maskf, bits)
             norm = K1 * (1.0 - B + B * lengths.take(slots) / avg)
             contrib = idf[i] * f * (K1 + 1.0) / (f + norm)
-            per_word[i] = (slots, contrib)
+            word = per_word[i] = (slots, contrib, ascending(slots))
             if key is not None:
-                self._keep_impacts(key, idf[i], slots, contrib)
+                self._keep_impacts(key, idf[i], word)
         out: list[LexicalScores] = []
         for ws in word_sets:
             ids = [position[w] for w in ws]
             hits = [h for i in ids if (h := per_word[i]) is not None]
             if not hits:
-                out.append(LexicalScores(n_slots, None, 1.0, none))
+                out.append(LexicalScores(n_slots, [], 1.0))
                 continue
             max_total = float(idf[np.array(ids, dtype=np.int32)].sum()) * (K1 + 1.0)
-            if len(hits) == 1:
-                sel_slots, sel_contrib = hits[0]
-            else:
-                sel_slots = np.concatenate([h[0] for h in hits])
-                sel_contrib = np.concatenate([h[1] for h in hits])
-            dense = cast(
-                npt.NDArray[np.float64],
-                np.bincount(sel_slots, weights=sel_contrib, minlength=n_slots),
-            )
-            out.append(LexicalScores(n_slots, dense, max_total, sel_slots))
+            out.append(LexicalScores(n_slots, hits, max_total))
         return out
 
     def _masked(self, maskf: FloatArray, bits: int | None) -> FloatArray:
@@ -262,16 +321,15 @@ class LexicalIndex:
             self._masked_lengths.move_to_end(bits)
         return got
 
-    def _keep_impacts(
-        self, kid: tuple[int, int], idf: float, slots: Ints, contrib: npt.NDArray[np.float64]
-    ) -> None:
+    def _keep_impacts(self, kid: tuple[int, int], idf: float, hit: Hit) -> None:
         """Keep one word's contributions (LRU, at most IMPACT_CACHE postings)."""
+        slots, contrib, ordered = hit
         if len(slots) > IMPACT_CACHE // 4:
             return
-        self._impact_cache[kid] = (idf, slots, contrib)
+        self._impact_cache[kid] = (idf, slots, contrib, ordered)
         self._impact_size += len(slots)
         while self._impact_size > IMPACT_CACHE:
-            _, (_, old, _) = self._impact_cache.popitem(last=False)
+            _, (_, old, _, _) = self._impact_cache.popitem(last=False)
             self._impact_size -= len(old)
 
     def scores(self, query: str, mask: FloatArray, n_slots: int) -> tuple[FloatArray, list[str]]:
