@@ -35,7 +35,6 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
-import numkong
 import numpy as np
 
 Layout = Literal["packed", "streamed"]
@@ -109,12 +108,13 @@ def calibrate(
     """Best-of-``reps`` microseconds of each layout's scan of ``rows`` random int8
     rows, hot (back to back) and cold (after reading ``evict_bytes``), summed
     over the query counts of :data:`CALIBRATION_QUERIES`."""
-    from .int8_rows import finish_scan, int_dots  # imports this module: here, not at the top
+    from .int8_rows import PackedCopy, finish_scan, int_dots  # imports this module: here
 
     rng = np.random.default_rng(rows)
     codes = rng.integers(-127, 128, (rows, DIM), dtype=np.int8)
     scale = rng.random(rows, dtype=np.float32)
-    packed = numkong.dots_pack(codes)
+    packed = PackedCopy()
+    packed.pack(codes, rows)
     evict = np.ones(max(evict_bytes // 8, 1), dtype=np.uint64)
     out = dict.fromkeys(
         ("packed_hot_us", "packed_cold_us", "streamed_hot_us", "streamed_cold_us"), 0.0
@@ -127,7 +127,7 @@ def calibrate(
         # the streamed product comes out transposed, and with many query vectors
         # its conversion is a large share of the scan.
         def packed_scan(q8: np.ndarray = q8, q_scale: np.ndarray = q_scale) -> None:
-            finish_scan(np.asarray(numkong.dots_packed(q8, packed), dtype=np.int32), scale, q_scale)
+            finish_scan(packed.dots(codes, q8, rows), scale, q_scale)
 
         def streamed_scan(q8: np.ndarray = q8, q_scale: np.ndarray = q_scale) -> None:
             finish_scan(int_dots(codes, q8), scale, q_scale)
