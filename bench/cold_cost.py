@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
@@ -40,6 +39,7 @@ import numkong
 import numpy as np
 from ans.governance.keys import SigningKey
 from ans.governance.signing import signature_object
+from scan_layout import write_report  # bench/ is on sys.path when run as a script
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DIM = 256
@@ -105,16 +105,9 @@ def main(argv: list[str] | None = None) -> int:
             cells.append(f"{cold:7.0f} ({cold / hot:3.1f}x)")
         table[name] = row
         print(f"{name:<8} {hot:7.0f}  " + "  ".join(cells))
-    report = {
-        "command": "bench/cold_cost.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": platform.processor() or platform.machine(),
-        "numkong_capabilities": sorted(k for k, v in numkong.get_capabilities().items() if v),
-        "agents": args.agents,
-        "pieces": table,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    command = "bench/cold_cost.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    write_report(args.out, command, when=when, agents=args.agents, pieces=table)
     return 0
 
 

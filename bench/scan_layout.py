@@ -88,16 +88,22 @@ def main(argv: list[str] | None = None) -> int:
         sizes[str(n)] = r
         for name in ("packed", "streamed"):
             print(f"{n:>6}  {name:<8} {r[f'{name}_hot_us']:>7} {r[f'{name}_cold_us']:>8}")
+    command = "bench/scan_layout.py " + " ".join(argv or sys.argv[1:])
+    write_report(args.out, command, queries=args.queries, sizes=sizes)
+    return 0
+
+
+def write_report(out: Path, command: str, **fields: object) -> None:
+    """Write ``fields`` as JSON to ``out`` with the command, the machine and
+    numkong's kernels on it (bench/cold_cost.py writes its results this way too)."""
     report = {
-        "command": "bench/scan_layout.py " + " ".join(argv or sys.argv[1:]),
+        "command": command,
         "machine": platform.processor() or platform.machine(),
         "numkong_capabilities": sorted(k for k, v in numkong.get_capabilities().items() if v),
-        "queries": args.queries,
-        "sizes": sizes,
+        **fields,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    return 0
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":
