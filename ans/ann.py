@@ -58,6 +58,9 @@ class AnnSettings:
     # the exhaustive scan's int8 layout (ans.index.layout): "auto" measures this
     # machine at start-up; "packed" or "streamed" pins it
     scan_layout: str = "auto"
+    # width of the bundled embedder's vectors (128 or 256): 128 halves what every
+    # scan and row gather reads, for a little recall (docs/scale.md)
+    embedding_dims: int = 256
 
     def candidates_at(self, live: int) -> int:
         """Candidates per source for the whole intent, ``live`` agents indexed:

@@ -29,6 +29,7 @@ from .ann import AnnSettings
 from .config_env import PREFIX, EnvError, env_table, merge, strip_origins
 from .freshness_policy import FreshnessConfigError, FreshnessSettings, freshness_from_table
 from .haidip_config import HaidipConfigError, HaidipSettings, haidip_from_table
+from .index.embedder import EMBEDDING_DIMS
 from .invoke_config import InvokeConfigError, InvokeSettings, invoke_from_table
 from .mcp.config import McpConfigError, McpSettings, mcp_from_table
 from .relevance import GATES, RelevanceGate
@@ -653,6 +654,13 @@ def _index(body: Any) -> AnnSettings:
         raise ConfigError("[index] must be a table")
     values: dict[str, Any] = {}
     for key, value in body.items():
+        if key == "embedding_dims":
+            if not isinstance(value, int) or isinstance(value, bool) or value not in EMBEDDING_DIMS:
+                raise ConfigError(
+                    f"[index] embedding_dims must be one of {', '.join(map(str, EMBEDDING_DIMS))}"
+                )
+            values[key] = value
+            continue
         if key == "scan_layout":
             if value not in SCAN_LAYOUTS:
                 raise ConfigError(f"[index] scan_layout must be one of {', '.join(SCAN_LAYOUTS)}")

@@ -76,15 +76,18 @@ _worker_max_bytes = 0
 _worker_embedder: Embedder | None = None
 
 
-def _init_worker(jwks: list[dict[str, Any]], max_bytes: int, fingerprint: str | None) -> None:
+def _init_worker(
+    jwks: list[dict[str, Any]], max_bytes: int, fingerprint: str | None, dim: int
+) -> None:
     """Per worker process, once. ``fingerprint``: the index's embedder, when
-    it is the bundled one; the worker embeds only if its own is the same."""
+    it is the bundled one (``dim`` wide); the worker embeds only if its own is
+    the same."""
     global _worker_keys, _worker_max_bytes, _worker_embedder  # set once by the pool
     _worker_keys = TrustedKeys.from_jwks({"keys": jwks})
     _worker_max_bytes = max_bytes
     _worker_embedder = None
     if fingerprint is not None:
-        emb = WordLlamaEmbedder()
+        emb = WordLlamaEmbedder(dim)
         if embedder_fingerprint(emb) == fingerprint:
             _worker_embedder = emb
 
@@ -280,7 +283,7 @@ def run_import(
             report.batches += 1
         pending.clear()
 
-    init = (trusted_jwks, max_line, worker_fingerprint(service))
+    init = (trusted_jwks, max_line, worker_fingerprint(service), service.matcher.dim)
     with ctx.Pool(workers, _init_worker, init) as pool:
         inflight: deque[tuple[int, AsyncResult[list[Outcome]]]] = deque()
         window = 8 * workers + 2  # workers keep verifying while a batch is embedded

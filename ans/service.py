@@ -141,6 +141,7 @@ class AnsService:
             "agents": len(self.index),
             "index_loaded_from": self.loader.loaded_from,
             "indexed": len(self.matcher),
+            "embedding_dims": self.matcher.dim,
         }
         follower = self.index.follower
         if follower is not None:  # one worker of ``ans serve --workers N``

@@ -317,7 +317,7 @@ def _assemble(
     # Committed changes a crash left without their record, in every worker's log.
     recover_workers(store, config.data_dir, audit, worker_audit(config, clock))
     profiles = StoreProfiles(store)
-    embedder = embedder or WordLlamaEmbedder()
+    embedder = embedder or WordLlamaEmbedder(config.index.embedding_dims)
     matcher, snapshot = _load_index(
         config.data_dir / INDEX_DIR, embedder, store, config.index, profiles
     )

@@ -86,6 +86,9 @@ log = structlog.get_logger("ans.index")
 class CapabilityMatcher(Protocol):
     embedder_fingerprint: str  # the embedding model (equal fingerprints, equal vectors)
 
+    @property
+    def dim(self) -> int: ...
+
     def embed_profile(self, profile: CapabilityProfile) -> ProfileVectors: ...
     def embed_profiles(self, profiles: Sequence[CapabilityProfile]) -> list[ProfileVectors]: ...
     def upsert(self, profile: CapabilityProfile, vectors: ProfileVectors | None = None) -> None: ...
@@ -171,6 +174,11 @@ class CapabilityIndex:
         self.facet_file: FacetFile | None = None
         self.dirty = False  # changed since the last save()/load()
 
+    @property
+    def dim(self) -> int:
+        """The width of the embedder's vectors."""
+        return self._dim
+
     def __len__(self) -> int:
         return len(self._table)
 
@@ -196,6 +204,7 @@ class CapabilityIndex:
                 "agents": len(self._table),
                 "mode": "approximate" if cap is not None else "exact",
                 "index": "IVF-PQ 4-bit fast scan (FAISS)" if cap is not None else "flat scan",
+                "embedding_dims": self._dim,
                 "exact_max": self.settings.exact_max,
                 "nprobe": cap.nprobe if cap is not None else None,
                 "candidates": self.settings.candidates_at(len(self._table)),

@@ -52,16 +52,24 @@ CHUNK_TEXTS = 256
 
 
 WORDLLAMA_FINGERPRINT = "wordllama-"  # how the bundled embedder's fingerprints begin
+# Widths the bundled embedder serves ([index] embedding_dims): the 256-d weights
+# as shipped, or their leading 128 columns (wordllama is Matryoshka-trained, so
+# the prefix is a model of its own; docs/query-profile.md, twenty-first round).
+EMBEDDING_DIMS = (128, 256)
+BUNDLED_DIM = 256
 
 
 class WordLlamaEmbedder:
-    """The default embedder: wordllama's bundled 256-d weights, never downloaded.
+    """The default embedder: wordllama's bundled 256-d weights, never downloaded,
+    used whole or as their 128-d Matryoshka prefix (``dim``).
 
     wordllama embeds by averaging static token vectors; we pool ourselves so
     that the per-text token sum and count are available (exact embeddings of
     concatenated facets) and empty texts give a zero vector instead of NaN."""
 
-    def __init__(self, dim: int = 256) -> None:
+    def __init__(self, dim: int = BUNDLED_DIM) -> None:
+        if dim not in EMBEDDING_DIMS:
+            raise ValueError(f"the bundled embedder serves {EMBEDDING_DIMS} dimensions, not {dim}")
         # The tokenizer's batch call otherwise hands even a 3-text query to a
         # thread pool whose spinning doubles its CPU (130 vs 62 us measured);
         # a request is one core here, and import already runs one process per
@@ -71,7 +79,7 @@ class WordLlamaEmbedder:
         from wordllama import WordLlama
 
         wl = WordLlama.load(
-            dim=dim, cache_dir=Path(wordllama.__file__).parent, disable_download=True
+            dim=BUNDLED_DIM, cache_dir=Path(wordllama.__file__).parent, disable_download=True
         )
         # The token rows (vocab x dim, 32 MB). A batch's tokens are gathered as
         # contiguous rows, then transposed (dim x tokens) so that each text's
@@ -79,7 +87,8 @@ class WordLlamaEmbedder:
         # order as summing its token rows, ~6x faster. A transposed copy of the
         # table (gathering columns directly) read one float per cache line:
         # ~150 -> ~70 us for a query's 3 texts, 717 -> 547 us a profile at import.
-        table = np.ascontiguousarray(wl.embedding, dtype=np.float32)
+        # A narrower width keeps the leading columns (the Matryoshka prefix).
+        table = np.ascontiguousarray(wl.embedding[:, :dim], dtype=np.float32)
         self._table = table
         self._vocab = int(table.shape[0])
         self._tok = wl.tokenizer

@@ -636,10 +636,12 @@ def test_index_section_of_the_config(tmp_path: Path) -> None:
     cfg = tmp_path / "ans.toml"
     cfg.write_text(
         "[index]\nexact_max = 5000\nnprobe = 32\ncandidates = 128\npart_candidates = 0\n"
+        "embedding_dims = 128\n"
     )
     got = load(cfg).index
     assert (got.exact_max, got.nprobe, got.candidates, got.part_candidates) == (5000, 32, 128, 0)
-    assert load(None).index == AnnSettings()
+    assert got.embedding_dims == 128
+    assert load(None).index == AnnSettings() and AnnSettings().embedding_dims == 256
     for body, needle in (
         ("[index]\nflat = true\n", "unknown key"),
         ('[index]\nnprobe = "8"\n', "integer"),
@@ -647,6 +649,10 @@ def test_index_section_of_the_config(tmp_path: Path) -> None:
         ("[index]\npart_candidates = -1\n", "must be in"),
         ('[index]\nscan_layout = "tiled"\n', "scan_layout must be one of auto, packed, streamed"),
         ("[index]\nscan_layout = 1\n", "scan_layout must be one of"),
+        ("[index]\nembedding_dims = 200\n", "embedding_dims must be one of 128, 256"),
+        ('[index]\nembedding_dims = "128"\n', "embedding_dims must be one of"),
+        ("[index]\nembedding_dims = true\n", "embedding_dims must be one of"),
+        ("[index]\nembedding_dims = 128.0\n", "embedding_dims must be one of"),
         ("index = 3\n", "must be a table"),
     ):
         cfg.write_text(body)

@@ -21,6 +21,7 @@ from ans.governance.keys import SigningKey
 from ans.governance.lifecycle import make_event
 
 from ans.matcher import CapabilityIndex
+from tools.launcher import stop_server
 
 pytestmark = pytest.mark.integration
 
@@ -206,3 +207,28 @@ def test_a_corrupt_snapshot_costs_a_rebuild_not_the_start(
     h = health(srv.url)
     assert h["index_loaded_from"] == "rebuild" and h["indexed"] == 200
     assert all(a["results"] for a in answers(srv.url))
+
+
+def test_a_narrower_embedding_rebuilds_the_index_and_still_finds_the_capable_agent(
+    imported: dict[str, Any], server_factory: Callable[..., Any], tmp_path: Path
+) -> None:
+    """``[index] embedding_dims = 128`` on a data dir imported at 256: the
+    snapshot (another embedder's) is refused and the index is rebuilt at the
+    new width from the stored records; the Solidity query still ranks a
+    Solidity auditor first, and going back to 256 rebuilds again."""
+    data, args = imported["data"], imported["args"]
+    narrow = tmp_path / "narrow.toml"
+    narrow.write_text("[rate_limit]\nenabled = false\n\n[index]\nembedding_dims = 128\n")
+    flags = ("--governance-jwks", args[1], "--config", str(narrow))
+    srv = server_factory(data, *flags)
+    h = health(srv.url)
+    assert h["indexed"] == 200 and h["index_loaded_from"] == "rebuild"
+    assert h["embedding_dims"] == 128
+    got = answers(srv.url)
+    solidity = got[1]["results"]
+    assert solidity and all("Solidity" in r["job_description"] for r in solidity[:5])
+    stop_server(srv)
+    again = server_factory(data, *args)  # the default width: the 128-d snapshot is refused
+    h = health(again.url)
+    assert h["index_loaded_from"] == "rebuild" and h["embedding_dims"] == 256
+    assert answers(again.url)[1]["results"][0]["canonical_id"] in imported["ids"]
