@@ -53,12 +53,16 @@ from ans.protocol.scope import parse_authority_scope  # noqa: E402
 from ans.client import AgtpClient, verify_discover_result  # noqa: E402
 from ans.config import Config  # noqa: E402
 from ans.demo import demo_manifest  # noqa: E402
+from ans.index.embedder import BUNDLED_DIM, EMBEDDING_DIMS  # noqa: E402
 from ans.matcher import WEIGHTS  # noqa: E402
 from ans.server import configure_logging  # noqa: E402
 from ans.service import AnsService  # noqa: E402
 from ans.text import split_label  # noqa: E402
 from ans.wiring import build_service  # noqa: E402
 from tools.launcher import start_server, stop_server  # noqa: E402
+
+# the servers' [index] section (--embedding-dims)
+INDEX_TOML = ""
 
 GOV = Identity(
     "agtp://gov.metatool.example/agents/platform",
@@ -200,7 +204,7 @@ def http_check(
     compare each signed answer with the in-process one."""
     # Bulk ACTIVATE and 200 queries from one Agent-ID: no per-Agent-ID rate limit.
     no_limit = workdir / "bench.toml"
-    no_limit.write_text("[rate_limit]\nenabled = false\n", encoding="utf-8")
+    no_limit.write_text(f"[rate_limit]\nenabled = false\n{INDEX_TOML}", encoding="utf-8")
     server = start_server(
         workdir / "http-data",
         "--governance-jwks",
@@ -253,7 +257,7 @@ def wire_eval(
     signature is verified. Metrics per query set, and the client-side p50."""
     config = workdir / f"bench-{gate}.toml"
     config.write_text(
-        f'[rate_limit]\nenabled = false\n[discovery]\nrelevance_gate = "{gate}"\n',
+        f'[rate_limit]\nenabled = false\n[discovery]\nrelevance_gate = "{gate}"\n{INDEX_TOML}',
         encoding="utf-8",
     )
     server = start_server(
@@ -296,7 +300,19 @@ def wire_eval(
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, help="folder with split.json and plugin_des.json")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "metatool.json")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="default bench/results/metatool.json (metatool-128.json at 128 dims)",
+    )
+    ap.add_argument(
+        "--embedding-dims",
+        type=int,
+        choices=EMBEDDING_DIMS,
+        default=BUNDLED_DIM,
+        help="the bundled embedder's width, in process and in the servers ([index] embedding_dims)",
+    )
     ap.add_argument(
         "--http-sample",
         type=int,
@@ -316,6 +332,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="relevance gates to run through the real server in both trust modes ('' for none)",
     )
     args = ap.parse_args(argv)
+    global INDEX_TOML
+    INDEX_TOML = f"[index]\nembedding_dims = {args.embedding_dims}\n"
+    suffix = "" if args.embedding_dims == BUNDLED_DIM else f"-{args.embedding_dims}"
+    if args.out is None:
+        args.out = ROOT / "bench" / "results" / f"metatool{suffix}.json"
     if (args.onnx_model is None) != (args.onnx_tokenizer is None):
         ap.error("--onnx-model and --onnx-tokenizer go together")
     if args.onnx_model is not None and args.http_sample:
@@ -338,9 +359,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"--onnx-tokenizer {args.onnx_tokenizer.name}"
         )
     else:
-        embedder = WordLlamaEmbedder()
-        embedder_name = "wordllama l2_supercat 256-d (bundled weights)"
-        command = "python bench/metatool_eval.py"
+        embedder = WordLlamaEmbedder(args.embedding_dims)
+        embedder_name = f"wordllama l2_supercat {args.embedding_dims}-d (bundled weights)"
+        command = "python bench/metatool_eval.py" + (
+            f" --embedding-dims {args.embedding_dims}" if suffix else ""
+        )
     gov = SigningKey.generate()
     singles = data["eval_single"]
     multis = data["eval_multi"]

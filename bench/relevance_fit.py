@@ -27,6 +27,7 @@ answer is their tool). The evaluation queries of split.json are never read.
 
     .venv/bin/python bench/relevance_fit.py            # writes bench/results/relevance_fit.json
     .venv/bin/python bench/relevance_fit.py --check    # exit 1 if ans.relevance.FITTED differs
+    .venv/bin/python bench/relevance_fit.py --embedding-dims 128   # the fit at 128-d
 """
 
 from __future__ import annotations
@@ -193,7 +194,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path)
     ap.add_argument(
-        "--out", type=Path, default=me.ROOT / "bench" / "results" / "relevance_fit.json"
+        "--out",
+        type=Path,
+        default=None,
+        help="default bench/results/relevance_fit.json (relevance_fit-128.json at 128 dims)",
+    )
+    ap.add_argument(
+        "--embedding-dims",
+        type=int,
+        choices=me.EMBEDDING_DIMS,
+        default=me.BUNDLED_DIM,
+        help="the bundled embedder's width ([index] embedding_dims)",
     )
     ap.add_argument("--check", action="store_true", help="compare with ans.relevance.FITTED")
     args = ap.parse_args(argv)
@@ -201,7 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     data = json.loads((folder / "split.json").read_text(encoding="utf-8"))
     descriptions = json.loads((folder / "plugin_des.json").read_text(encoding="utf-8"))
     configure_logging("error")
-    EMBEDDER = WordLlamaEmbedder()
+    EMBEDDER = WordLlamaEmbedder(args.embedding_dims)
+    if args.out is None:
+        suffix = "" if args.embedding_dims == me.BUNDLED_DIM else f"-{args.embedding_dims}"
+        args.out = me.ROOT / "bench" / "results" / f"relevance_fit{suffix}.json"
     folds = [collect(data, descriptions, f) for f in (0, 1)]
     model = fit_model(folds[0] + folds[1], "metatool-example-tasks-2fold-v2")
     if args.check:
@@ -254,7 +268,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     chosen, measured = choose(folds[0] + folds[1], gate, model)
     report = {
-        "command": "python bench/relevance_fit.py",
+        "command": "python bench/relevance_fit.py"
+        + (
+            f" --embedding-dims {args.embedding_dims}"
+            if args.embedding_dims != me.BUNDLED_DIM
+            else ""
+        ),
         "data": "MetaTool example tasks, 2 folds (i % 2); evaluation queries never read",
         "model": {"name": chosen.name, "whole": chosen.whole, "part": chosen.part},
         "candidates": measured,
