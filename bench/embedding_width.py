@@ -28,7 +28,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,11 +43,10 @@ from load import (  # bench/ is on sys.path when run as a script
     load_params,
     log,
     machine,
-    run_client,
     start_ans,
     synth_module,
-    tree_cpu_ms,
 )
+from workers_scaling import drive, figures
 
 from tools.launcher import stop_server
 
@@ -74,19 +72,13 @@ def served(run: Path, jwks: Path, params: Path, dims: int, args: argparse.Namesp
         status, body = discover_once(srv.url, json.loads(params.read_text().splitlines()[0]))
         if status != 200:
             raise RuntimeError(f"DISCOVER answered {status}: {body[:300]!r}")
-        cpu0, t0 = tree_cpu_ms(srv.proc.pid), time.monotonic()
-        r = run_client(srv.url, params, concurrency=args.concurrency,
-                       connections=args.concurrency, warmup=args.warmup, duration=args.duration)
-        busy = (tree_cpu_ms(srv.proc.pid) - cpu0) / 1000.0 / (time.monotonic() - t0)
+        r = drive(srv.proc.pid, srv.url, params, args, args.concurrency)
         problems += client_problems(f"{dims}-d", r)
         if srv.proc.poll() is not None:
             problems.append(f"the {dims}-d server exited ({srv.proc.returncode})")
     finally:
         stop_server(srv)
-    rps = float(r.get("rps") or 0.0)
-    out = {"rps": rps, "p50_ms": r.get("p50_ms"), "p99_ms": r.get("p99_ms"),
-           "server_cores_busy": round(busy, 3),
-           "server_cpu_ms_per_request": round(busy / rps * 1000.0, 3) if rps else None}
+    out = figures(r) | {"p99_ms": r.get("p99_ms")}
     log(f"{dims}-d: {out}")
     return out
 

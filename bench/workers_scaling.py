@@ -56,10 +56,11 @@ ROOT = Path(__file__).resolve().parent.parent
 CONCURRENCY = 16
 
 
-def drive(pid: int, url: str, params: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """One timed run at c=16 and the server tree's cores busy over it."""
+def drive(pid: int, url: str, params: Path, args: argparse.Namespace,
+          concurrency: int = CONCURRENCY) -> dict[str, Any]:
+    """One timed run (c=16 unless told) and the server tree's cores busy over it."""
     cpu0, t0 = tree_cpu_ms(pid), time.monotonic()
-    r = run_client(url, params, concurrency=CONCURRENCY, connections=CONCURRENCY,
+    r = run_client(url, params, concurrency=concurrency, connections=concurrency,
                    warmup=args.warmup, duration=args.duration)
     r["server_cores_busy"] = round((tree_cpu_ms(pid) - cpu0) / 1000.0 / (time.monotonic() - t0), 3)
     return r

@@ -481,7 +481,7 @@ def test_import_workers_embed_what_the_main_process_would(
 
     # A worker with the index's embedder returns each verified line's vectors ...
     chunk = [(i + 1, x if isinstance(x, bytes) else orjson.dumps(x)) for i, x in enumerate(lines)]
-    _init_worker(jwks, 1 << 20, embedder_fingerprint(embedder))
+    _init_worker(jwks, 1 << 20, embedder_fingerprint(embedder), embedder.dim)
     out = _verify_chunk(chunk)
     assert [kind for _, kind, _ in out] == ["ok", "refused", "ok", "ok", "ok"]
     for _, kind, data in out:
@@ -492,9 +492,12 @@ def test_import_workers_embed_what_the_main_process_would(
             assert np.array_equal(vecs.facet_counts, want.facet_counts)
             assert np.array_equal(vecs.examples, want.examples)
     # ... and one with another embedder's fingerprint leaves the embedding to the main process.
-    _init_worker(jwks, 1 << 20, "wordllama-other")
+    _init_worker(jwks, 1 << 20, "wordllama-other", embedder.dim)
     assert all(data[3] is None for _, kind, data in _verify_chunk(chunk) if kind == "ok")
-    _init_worker(jwks, 1 << 20, None)
+    # (a narrower width is another embedder too)
+    _init_worker(jwks, 1 << 20, embedder_fingerprint(embedder), 128)
+    assert all(data[3] is None for _, kind, data in _verify_chunk(chunk) if kind == "ok")
+    _init_worker(jwks, 1 << 20, None, embedder.dim)
 
     # Through `ans import` with 2 workers, every agent's stored facet sums are the
     # ones of its own (latest) line, as the facet file keeps them.
