@@ -208,7 +208,7 @@ class CapabilityIndex:
                 "exact_max": self.settings.exact_max,
                 "nprobe": cap.nprobe if cap is not None else None,
                 "candidates": self.settings.candidates_at(len(self._table)),
-                **scan_layout_description(),
+                **scan_layout_description(self._dim),
             }
 
     # -- embedding and mutation --------------------------------------------------------
@@ -285,7 +285,7 @@ class CapabilityIndex:
                 n = len(t.id_of)
                 t.ctx.prepare(n)
                 t.cap.prepare(n)
-                chosen = scan_layout_description()
+                chosen = scan_layout_description(self._dim)
                 if chosen["scan_layout"] is not None:  # measured (enough rows to scan)
                     log.info("exhaustive scan layout", agents=n, **chosen)
 

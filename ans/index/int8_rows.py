@@ -208,7 +208,7 @@ class QRows:
             self.packed.changed(_row_indices(rows, len(self.codes)))
 
     def _packs(self, n: int) -> bool:
-        return self.packed is not None and n >= PACK_MIN_ROWS and scan_layout() == "packed"
+        return self.packed is not None and n >= PACK_MIN_ROWS and scan_layout(self.dim) == "packed"
 
     def prepare(self, n: int) -> None:
         """Pack rows [0, n) now if exhaustive scans will read a packed copy (start-up,

@@ -25,7 +25,9 @@ the dot products of two query vectors alone were a near tie (the choice
 flipped between starts), while the streamed product's transposed output made
 the whole scan of 8-32 query vectors (a batch) 1.25-1.75x the packed one's.
 The choice changes the time of a scan, never a number (the dot products are
-exact integers either way); ``[index] scan_layout`` pins it.
+exact integers either way); ``[index] scan_layout`` pins it. Rows of another
+width (``[index] embedding_dims``) are measured at that width: half the bytes
+a row can tip the choice.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import numpy as np
 
 Layout = Literal["packed", "streamed"]
 
-DIM = 256
+DIM = 256  # the default width ([index] embedding_dims)
 CALIBRATION_ROWS = 8192  # 2 MiB of int8 rows: a small exhaustive scan
 # Query vectors a scan takes: an intent and one part (a DISCOVER scanning alone;
 # the load's mean is ~1.4 texts), and a batch of concurrent DISCOVERs' texts
@@ -59,39 +61,47 @@ EVICT_BYTES = 64 << 20
 PACKED_WINS_BELOW = 0.9
 
 _lock = threading.Lock()
-_choice: Layout | None = None
-_measured: dict[str, float] = {}
-_pinned = False  # chosen by force_layout, not measured
+_pinned: Layout | None = None  # chosen by force_layout, not measured
+# per row width: the layout measured and the figures it was chosen from
+_choice: dict[int, Layout] = {}
+_measured: dict[int, dict[str, float]] = {}
 
 
-def scan_layout() -> Layout:
-    """The layout exhaustive scans use in this process (measured on first call)."""
-    global _choice
-    if _choice is None:
+def scan_layout(dim: int = DIM) -> Layout:
+    """The layout exhaustive scans of ``dim``-wide rows use in this process
+    (measured on the first call for that width, unless pinned)."""
+    if _pinned is not None:
+        return _pinned
+    choice = _choice.get(dim)
+    if choice is None:
         with _lock:
-            if _choice is None:
-                measured = calibrate()
-                _measured.update(measured)
-                _choice = choose(measured)
-    return _choice
+            if _pinned is not None:
+                return _pinned
+            choice = _choice.get(dim)
+            if choice is None:
+                measured = calibrate(dim=dim)
+                _measured[dim] = measured
+                choice = _choice[dim] = choose(measured)
+    return choice
 
 
 def force_layout(layout: Layout | None) -> None:
-    """Use ``layout`` from now on (``[index] scan_layout``, tests, A/B benchmarks);
-    None: measure again."""
-    global _choice, _pinned
+    """Use ``layout`` from now on, at every width (``[index] scan_layout``, tests,
+    A/B benchmarks); None: measure again."""
+    global _pinned
     with _lock:
-        _choice = layout
-        _pinned = layout is not None
+        _pinned = layout
+        _choice.clear()
         _measured.clear()
 
 
-def describe() -> dict[str, object]:
-    """The layout in use and what it was chosen from (the health endpoint's index)."""
+def describe(dim: int = DIM) -> dict[str, object]:
+    """The layout in use for ``dim``-wide rows and what it was chosen from (the
+    health endpoint's index); ``scan_layout`` is None until it is measured."""
     return {
-        "scan_layout": _choice,
-        "scan_layout_pinned": _pinned,
-        "scan_layout_us": dict(_measured),
+        "scan_layout": _pinned if _pinned is not None else _choice.get(dim),
+        "scan_layout_pinned": _pinned is not None,
+        "scan_layout_us": dict(_measured.get(dim, {})),
     }
 
 
@@ -103,15 +113,18 @@ def choose(measured: dict[str, float]) -> Layout:
 
 
 def calibrate(
-    rows: int = CALIBRATION_ROWS, reps: int = CALIBRATION_REPS, evict_bytes: int = EVICT_BYTES
+    rows: int = CALIBRATION_ROWS,
+    reps: int = CALIBRATION_REPS,
+    evict_bytes: int = EVICT_BYTES,
+    dim: int = DIM,
 ) -> dict[str, float]:
     """Best-of-``reps`` microseconds of each layout's scan of ``rows`` random int8
-    rows, hot (back to back) and cold (after reading ``evict_bytes``), summed
+    rows ``dim`` wide, hot (back to back) and cold (after reading ``evict_bytes``), summed
     over the query counts of :data:`CALIBRATION_QUERIES`."""
     from .int8_rows import PackedCopy, finish_scan, int_dots  # imports this module: here
 
     rng = np.random.default_rng(rows)
-    codes = rng.integers(-127, 128, (rows, DIM), dtype=np.int8)
+    codes = rng.integers(-127, 128, (rows, dim), dtype=np.int8)
     scale = rng.random(rows, dtype=np.float32)
     packed = PackedCopy()
     packed.pack(codes, rows)
@@ -120,7 +133,7 @@ def calibrate(
         ("packed_hot_us", "packed_cold_us", "streamed_hot_us", "streamed_cold_us"), 0.0
     )
     for count in CALIBRATION_QUERIES:
-        q8 = rng.integers(-127, 128, (count, DIM), dtype=np.int8)
+        q8 = rng.integers(-127, 128, (count, dim), dtype=np.int8)
         q_scale = rng.random(count, dtype=np.float32)
 
         # Each scan as far as the similarities it hands on (int8_rows.finish_scan):

@@ -217,6 +217,43 @@ def test_streamed_layout_keeps_no_copy() -> None:
         layout.force_layout(None)
 
 
+def test_the_layout_is_measured_at_the_rows_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``[index] embedding_dims = 128`` halves the bytes of a row, which can tip the
+    choice: each width is calibrated on rows of that width, once, and described
+    on its own; a pinned layout holds at every width."""
+    from ans.index import layout
+
+    widths: list[int] = []
+    real = layout.calibrate
+
+    def calibrate(**kw: int) -> dict[str, float]:
+        widths.append(kw["dim"])
+        return real(rows=256, reps=1, evict_bytes=1 << 16, dim=kw["dim"])
+
+    monkeypatch.setattr(layout, "calibrate", calibrate)
+    layout.force_layout(None)
+    try:
+        assert layout.describe(128)["scan_layout"] is None  # not measured yet
+        first = layout.scan_layout(128)
+        assert layout.scan_layout(128) == first and widths == [128]  # measured once
+        layout.scan_layout(256)
+        assert widths == [128, 256]
+        for dim in (128, 256):
+            got = layout.describe(dim)
+            assert got["scan_layout"] == layout.choose(got["scan_layout_us"])  # type: ignore[arg-type]
+        layout.force_layout("packed")
+        assert layout.scan_layout(128) == layout.scan_layout(256) == "packed"
+        assert layout.describe(128) == {
+            "scan_layout": "packed", "scan_layout_pinned": True, "scan_layout_us": {}
+        }
+        assert widths == [128, 256]  # a pinned layout measures nothing
+    finally:
+        layout.force_layout(None)
+    # the calibration itself runs both kernels on 128-wide rows
+    measured = real(rows=300, reps=1, evict_bytes=1 << 16, dim=128)
+    assert all(v > 0 for v in measured.values())
+
+
 def test_the_layout_is_chosen_from_measured_scans() -> None:
     from ans.index import layout
 
