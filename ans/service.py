@@ -223,9 +223,10 @@ class AnsService:
         *,
         required: ScopeToken = DISCOVERY_QUERY,
         method: str = "DESCRIBE",
+        signed: bool = True,
     ) -> dict[str, Any]:
         self.index.catch_up()
-        return self.describer.describe(req, required=required, method=method)
+        return self.describer.describe(req, required=required, method=method, signed=signed)
 
     @property
     def manifest(self) -> dict[str, Any]:

@@ -18,8 +18,15 @@ from ans.governance.lifecycle import SUSPENDED
 from ans.governance.policy import DISCOVERY_QUERY, require_scope
 from ans.governance.profile_metadata import epoch
 from ans.governance.signing import sign_document
-from ans.protocol.errors import ErrorCode, Gone, MissingHeader, NotFound, Unavailable
-from ans.protocol.jcs import canonicalize
+from ans.protocol.errors import (
+    Conflict,
+    ErrorCode,
+    Gone,
+    MissingHeader,
+    NotFound,
+    Unavailable,
+)
+from ans.protocol.jcs import canonicalize, unsafe_integer
 from ans.protocol.messages import DescribeRequest
 from ans.protocol.scope import ScopeToken
 
@@ -67,11 +74,14 @@ class Describer:
         *,
         required: ScopeToken = DISCOVERY_QUERY,
         method: str = "DESCRIBE",
+        signed: bool = True,
     ) -> dict[str, Any]:
         """An indexed agent as ``{"manifest", "capabilities"}`` when the
         caller holds ``required`` (451, audited as ``method``) and its zone
-        (else 404, as for an unknown agent); 503 Suspended, 410 retired. The
-        HAIDIP invocation gateway asks with ``agents:invoke``."""
+        (else 404, as for an unknown agent); 503 Suspended, 410 retired; 409
+        when the documents go into a ``signed`` answer and hold an integer no
+        signature can carry. The HAIDIP invocation gateway asks with
+        ``agents:invoke`` and signs nothing of them."""
         ctx = self.ctx
         if req.canonical_id is None or req.canonical_id == self.manifest["canonical_id"]:
             return self.manifest
@@ -104,6 +114,16 @@ class Describer:
             raise Gone(
                 f"agent {cid[:80]} expired at {stored.capabilities['expires_at']}",
                 code=ErrorCode.METADATA_EXPIRED,
+            )
+        unsafe = signed and (
+            unsafe_integer(stored.manifest, "manifest")
+            or unsafe_integer(stored.capabilities, "capabilities")
+        )
+        if unsafe:  # stored before ANS refused such documents where they enter
+            raise Conflict(
+                f"agent {cid[:80]}'s stored documents hold an integer beyond 2^53 (at "
+                f"{unsafe[:120]}), which no signed answer can carry; re-ACTIVATE the agent "
+                "to replace them"
             )
         return {"manifest": stored.manifest, "capabilities": stored.capabilities}
 

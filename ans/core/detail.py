@@ -17,6 +17,10 @@ before signing, so everything here is inside the ES256 result signature.
   ``capabilities`` document, minus the fields the operator's redaction policy
   names (``[profile] redact``), which are then listed in ``redacted_fields``
   with ``redacted: true``.
+* :func:`drop_unsignable_documents` — a stored document holding an integer
+  beyond 2^53 (stored before ANS refused them where they enter) cannot be
+  canonicalized, so no signed answer can carry it: such an item keeps its
+  summary, and the answer says why.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ans.governance.profile_metadata import epoch
+from ans.protocol.jcs import unsafe_integer
 from ans.protocol.request_types import DiscoverParams
 
 from ..config import RankingWeights
@@ -179,3 +184,34 @@ def project(
         out["redacted"] = True
         out["redacted_fields"] = removed
     return out, False
+
+
+def drop_unsignable_documents(result: dict[str, Any]) -> int:
+    """Take the full documents (:data:`REDACTABLE`) out of every result item
+    where they hold an integer :func:`~ans.protocol.jcs.canonicalize` refuses,
+    add a ``full_detail_unavailable`` warning naming the first, and return how
+    many items lost them (0: the result cannot be signed for another reason).
+    Called only once canonicalizing the whole result failed."""
+    dropped, first = 0, ""
+    for item in result.get("results", []):
+        where = next(
+            (w for section in REDACTABLE if section in item
+             if (w := unsafe_integer(item[section], section)) is not None),
+            None,
+        )
+        if where is None:
+            continue
+        for section in (*REDACTABLE, "redacted", "redacted_fields"):
+            item.pop(section, None)
+        first = first or f"{item.get('canonical_id', '')[:80]} at {where[:120]}"
+        dropped += 1
+    if dropped:
+        result.setdefault("warnings", []).append(
+            {
+                "code": "full_detail_unavailable",
+                "message": f"{dropped} result(s) carry their summary: their stored documents "
+                f"hold an integer beyond 2^53, which no signed answer can carry (first: "
+                f"{first}); re-ACTIVATE the agent to replace them",
+            }
+        )
+    return dropped

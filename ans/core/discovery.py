@@ -40,7 +40,14 @@ from ..ranking import rank_score
 from ..registry import AgentEntry
 from .alternatives import NOT_INDEXED, PreferredState, Routing, choose_alternative, routing_reason
 from .context import CoreContext
-from .detail import applied_filters, freshness_of, project, request_warnings, score_components
+from .detail import (
+    applied_filters,
+    drop_unsignable_documents,
+    freshness_of,
+    project,
+    request_warnings,
+    score_components,
+)
 from .live_index import LiveIndex
 from .scan_batch import ScanBatch
 
@@ -407,7 +414,13 @@ class Discovery:
             result["warnings"] = warnings
         if local.routing is not None:
             result["routing"] = local.routing.summary()
-        result[RESULT_SIGNATURE_FIELD] = signature_object(canonicalize(result), ctx.key)
+        try:
+            canonical = canonicalize(result)
+        except ValueError:  # a stored document no signed answer can carry
+            if not drop_unsignable_documents(result):
+                raise
+            canonical = canonicalize(result)
+        result[RESULT_SIGNATURE_FIELD] = signature_object(canonical, ctx.key)
         return result
 
     def _project(

@@ -365,7 +365,7 @@ class InvokeSurface:
 
         def describe(cid: str) -> dict[str, Any]:
             req = DescribeRequest(identity, request_id, cid)
-            return self.service.describe(req, required=AGENTS_INVOKE, method=INVOKE)
+            return self.service.describe(req, required=AGENTS_INVOKE, method=INVOKE, signed=False)
 
         try:
             return describe(target_id)

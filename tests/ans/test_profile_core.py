@@ -395,6 +395,49 @@ def test_full_detail_without_redaction_is_the_governance_signed_manifest(
     verify_document(item["manifest"], TrustedKeys([gov_key.public]), "signature")
 
 
+def test_a_stored_document_no_signature_can_carry_is_left_out_not_a_500(
+    world: dict[str, Any], tmp_path: Path
+) -> None:
+    """A record stored before ANS refused integers beyond 2^53 where they enter
+    (RFC 8785 cannot canonicalize them, so no signed answer can carry them):
+    detail=full gives that item its summary with a warning, the others their
+    documents, all signed; a signed DESCRIBE is 409 naming where; the record
+    itself stays as stored."""
+    import sqlite3
+
+    svc, ids = world["svc"], world["ids"]
+    cid = ids["hr-core"]
+    with sqlite3.connect(tmp_path / "registry.sqlite3") as db:  # as an older ANS stored it
+        (blob,) = db.execute(
+            "SELECT capabilities FROM agents WHERE canonical_id = ?", (cid,)
+        ).fetchone()
+        caps = {**orjson.loads(blob), "build": {"n": 2**60}}
+        db.execute(
+            "UPDATE agents SET capabilities = ? WHERE canonical_id = ?",
+            (json.dumps(caps).encode(), cid),
+        )
+    got = run(svc, required_tags=["hr"], detail="full")  # signed and verified
+    items = {i["agent_label"]: i for i in got["results"]}
+    assert set(items) == {"hr-core", "hr-lite"}
+    assert not {"manifest", "capabilities", "redacted_fields"} & set(items["hr-core"])
+    assert items["hr-core"]["canonical_id"] == cid and items["hr-core"]["tags"]  # its summary
+    assert items["hr-lite"]["capabilities"]["tags"] == ["hr", "payroll"]
+    (warning,) = [w for w in got["warnings"] if w["code"] == "full_detail_unavailable"]
+    assert "1 result(s)" in warning["message"] and "capabilities.build.n" in warning["message"]
+    assert cid in warning["message"]
+    assert labels(run(svc, required_tags=["hr"])) == ["hr-core", "hr-lite"]  # summary as before
+    asking = discover_req({}).identity
+    with pytest.raises(AgtpError) as info:
+        svc.describe(DescribeRequest(asking, "d1", cid))
+    assert (info.value.status, info.value.code) == (409, ErrorCode.CONFLICT)
+    assert "capabilities.build.n" in info.value.message and "re-ACTIVATE" in info.value.message
+    # the invocation gateway signs none of it: it still reads the bindings
+    unsigned = svc.describe(DescribeRequest(asking, "d2", cid), signed=False)
+    assert unsigned["capabilities"]["bindings"] == HR_CORE_BINDINGS
+    stored = svc.store.get(cid)
+    assert stored is not None and stored.capabilities["build"] == {"n": 2**60}  # nothing lost
+
+
 # -- metadata: bindings, unknown fields, expiry ----------------------------------------
 
 
