@@ -211,7 +211,7 @@ def drop_unsignable_documents(result: dict[str, Any]) -> int:
                 "code": "full_detail_unavailable",
                 "message": f"{dropped} result(s) carry their summary: their stored documents "
                 f"hold an integer beyond 2^53, which no signed answer can carry (first: "
-                f"{first}); re-ACTIVATE the agent to replace them",
+                f"{first}); re-ACTIVATE each such agent to replace them",
             }
         )
     return dropped
