@@ -302,3 +302,37 @@ def test_fast_path_does_not_modify_its_input() -> None:
     before = repr(doc)
     assert canonicalize(doc) == b'{"a":[1,{"b":2}],"c":[3,1e+21]}'
     assert repr(doc) == before
+
+
+def test_unsafe_integer_names_exactly_what_canonicalize_refuses() -> None:
+    """``unsafe_integer`` first looks for 16 digits in a row in the value's JSON
+    text and walks it only then: over documents with integers on either side of
+    2^53 (also inside strings of digits, floats and deep lists), it names an
+    integer exactly when ``canonicalize`` refuses the document, and the first
+    such one in document order."""
+    from ans.protocol.jcs import unsafe_integer
+
+    rng = random.Random(53)
+    edge = [2**53, 2**53 + 1, -(2**53), -(2**53) - 1, 10**15, 10**16, 2**63 - 1, 2**70]
+    seen = {True: 0, False: 0}
+    for _ in range(600):
+        doc = {
+            "a": [rng.choice(edge) if rng.random() < 0.3 else rng.randint(-999, 999)],
+            "s": str(rng.choice(edge)),  # digits in a string never count
+            "f": [_random_float(rng) for _ in range(2)],
+            "d": {"x": [{"y": rng.choice(edge)}] if rng.random() < 0.2 else []},
+        }
+        where = unsafe_integer(doc)
+        try:
+            canonicalize(doc)
+            refused = False
+        except ValueError:
+            refused = True
+        assert (where is not None) == refused, doc
+        seen[refused] += 1
+        if refused:
+            first = next(p for v, p in ((doc["a"][0], ".a[0]"),
+                                        (doc["d"]["x"][0]["y"] if doc["d"]["x"] else 0, ".d.x[0].y"))
+                         if abs(v) > 2**53)
+            assert where == first
+    assert seen[True] > 50 and seen[False] > 50  # both sides exercised
