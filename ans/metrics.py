@@ -59,6 +59,7 @@ FEED_LAG = Gauge(
 )
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 RESULT_BUCKETS = (0, 1, 2, 3, 5, 10, 20, 50, 100)
+SCAN_BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32, 64)
 # Surfaces by path prefix; anything else is AGTP (any path with an AGTP method).
 SURFACES = (
     ("/discovery/", "profile"),
@@ -119,6 +120,13 @@ class Metrics:
             "ans_discover_results",
             "Results returned per successful DISCOVER",
             buckets=RESULT_BUCKETS,
+            registry=reg,
+        )
+        self.scan_batch = Histogram(
+            "ans_discover_scan_batch",
+            "DISCOVERs per exhaustive scan: those gathered in one event-loop turn "
+            "when they shared it, 1 for a DISCOVER scanned alone",
+            buckets=SCAN_BATCH_BUCKETS,
             registry=reg,
         )
         self.audit_events = Counter(

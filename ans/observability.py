@@ -22,6 +22,7 @@ def build_request_log(config: Config, service: AnsService) -> RequestLog:
     )
     metrics.gauge("ans_connections_open", "Open HTTP/2 and HTTP/1.1 connections", open_connections)
     service.audit.observers.append(metrics.observe_audit)
+    service.discovery.scans.observers.append(metrics.scan_batch.observe)
     settings = RequestLogSettings(
         enabled=config.request_log,
         sample=config.request_log_sample,

@@ -268,6 +268,29 @@ def server_keys(url: str) -> TrustedKeys:
         return TrustedKeys.from_jwks(client.get(f"{url}/.well-known/jwks.json").json())
 
 
+def scan_batch_totals(url: str) -> tuple[float, float]:
+    """(scans, DISCOVERs in them) so far, from ``ans_discover_scan_batch`` on
+    /metrics (every worker's, in multiprocess mode); (0, 0) when absent."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with httpx.Client(timeout=10.0) as client:
+        text = client.get(f"{url}/metrics").text
+    got = {"count": 0.0, "sum": 0.0}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            for part in got:
+                if sample.name == f"ans_discover_scan_batch_{part}":
+                    got[part] += sample.value
+    return got["count"], got["sum"]
+
+
+def scan_batch_summary(before: tuple[float, float], after: tuple[float, float]) -> dict[str, Any]:
+    """How many DISCOVERs an exhaustive scan served on average over a run."""
+    scans, discovers = after[0] - before[0], after[1] - before[1]
+    return {"scans": int(scans), "discovers": int(discovers),
+            "discovers_per_scan": round(discovers / scans, 2) if scans else None}
+
+
 def verify_answer(body: bytes, params: dict[str, Any], keys: TrustedKeys) -> str | None:
     """None when the signed result verifies and binds these parameters."""
     try:
@@ -472,6 +495,7 @@ def bench_size(n: int, args: argparse.Namespace, synth: Any, source: str) -> dic
                       "connections": args.connections}
             sample = run / f"samples-c{c}.jsonl"
             log(f"N={n} c={c}: ours")
+            batches0 = scan_batch_totals(srv.url)
             cpu0, t0 = tree_cpu_ms(srv.proc.pid), time.monotonic()
             ours = run_client(srv.url, params, sample=SAMPLE,
                               sample_out=sample, **common)
@@ -481,6 +505,8 @@ def bench_size(n: int, args: argparse.Namespace, synth: Any, source: str) -> dic
             ours["server_cores_busy"] = round(busy, 3)
             if ours.get("rps"):
                 ours["server_cpu_ms_per_request"] = round(busy / ours["rps"] * 1000.0, 3)
+            # warm-up included, as the CPU figure; no scans above exact_max
+            ours["scan_batch"] = scan_batch_summary(batches0, scan_batch_totals(srv.url))
             log(f"N={n} c={c}: floor")
             fl = run_client(floor_url, params, **common)
             problems += client_problems(f"N={n} c={c} ours", ours)
@@ -497,7 +523,8 @@ def bench_size(n: int, args: argparse.Namespace, synth: Any, source: str) -> dic
                                                            args.duration, run)
             log(f"N={n} c={c}: ours {ours['rps']} rps p50 {ours['p50_ms']} ms "
                 f"(server {ours.get('server_cpu_ms_per_request')} ms CPU a request, "
-                f"{ours['server_cores_busy']} cores busy; client "
+                f"{ours['server_cores_busy']} cores busy, "
+                f"{ours['scan_batch']['discovers_per_scan']} DISCOVERs a scan; client "
                 f"{ours.get('client_cores_busy')} cores), floor {fl['rps']} rps "
                 f"(client {fl.get('client_cores_busy')} cores), ratio {ratio}")
         res["levels"] = levels

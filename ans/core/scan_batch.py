@@ -31,6 +31,9 @@ class ScanBatch:
         self._pending: list[tuple[str, asyncio.Future[None]]] = []
         self.batches = 0  # batches of two or more scanned together
         self.batched = 0  # DISCOVERs in them
+        # Called with the number of DISCOVERs of each scan: the gathered ones
+        # when they shared it, else 1 for each (``ans_discover_scan_batch``).
+        self.observers: list[Callable[[int], None]] = []
 
     async def join(self, intent: str | None, domains: tuple[str, ...] | None) -> None:
         """Wait one loop turn with the other DISCOVERs that reach this point in it."""
@@ -45,10 +48,12 @@ class ScanBatch:
 
     def _flush(self) -> None:
         pending, self._pending = self._pending, []
+        shared = False
         try:
             if len(pending) > 1:
                 covered = self._matcher().prefetch([intent for intent, _ in pending])
                 if covered:
+                    shared = True
                     self.batches += 1
                     self.batched += len(pending)
         except Exception:  # each DISCOVER then scans on its own
@@ -57,3 +62,10 @@ class ScanBatch:
             for _, done in pending:
                 if not done.done():
                     done.set_result(None)
+        sizes = [len(pending)] if shared else [1] * len(pending)
+        try:
+            for observe in self.observers:
+                for size in sizes:
+                    observe(size)
+        except Exception:  # a metric never holds up an answer
+            log.exception("scan batch observer failed")

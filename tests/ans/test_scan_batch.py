@@ -61,6 +61,8 @@ def test_concurrent_discovers_share_a_scan_and_answer_as_alone(service: Any) -> 
     service.activate_many([(m, c, "batch-kid") for m, c in first])
     discovery = service.discovery
     assert service.matcher.batches_scans
+    observed: list[int] = []
+    discovery.scans.observers.append(observed.append)
 
     def params_of(i: int, intent: str) -> dict[str, Any]:
         p: dict[str, Any] = {"intent": intent, "limit": 10}
@@ -86,6 +88,9 @@ def test_concurrent_discovers_share_a_scan_and_answer_as_alone(service: Any) -> 
         # every plain intent waited for the one scan; restricted ones did not
         plain = sum(1 for p in batch if "capability_domains" not in p)
         assert discovery.scans.batched == before[1] + plain
+        # the metric's observer saw one scan of all of them
+        assert observed == [plain]
+        observed.clear()
         # writes between the rounds: removals (freed slots), new and changed agents
         for m, _ in first[:15]:
             with service.index.lock:

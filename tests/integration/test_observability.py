@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -82,6 +83,34 @@ def test_metrics_count_requests_refusals_and_state(ans: RunningServer) -> None:
     assert m["ans_change_feed_lag"][()] == 0  # one process: nothing to follow
     failed_writes = [x for x in ans.output if "audit" in x and "fail" in x][:5]
     assert m["ans_audit_write_failures_total"][()] == 0, failed_writes
+
+
+def test_the_scan_batch_histogram_counts_every_plain_discover_once(ans: RunningServer) -> None:
+    """``ans_discover_scan_batch``: each plain DISCOVER of an exhaustively scored
+    catalog is in exactly one scan, so the sizes observed add up to the
+    DISCOVERs sent, however the loop gathered them; a refused one is in none."""
+
+    async def burst(n: int) -> list[int]:
+        body = orjson.dumps({"method": "DISCOVER", "parameters": {"intent": INTENT}})
+        async with httpx.AsyncClient(http2=True, timeout=10) as client:
+            sent = [
+                client.request("DISCOVER", ans.url + "/", content=body, headers=headers(scope))
+                for scope in ["discovery:query"] * n + ["agents:delegate"]
+            ]
+            return [r.status_code for r in await asyncio.gather(*sent)]
+
+    with httpx.Client(http2=True, timeout=10) as client:
+        before = scrape(client, ans.url)
+        assert sorted(asyncio.run(burst(12))) == [200] * 12 + [451]
+        after = scrape(client, ans.url)
+
+    def delta(name: str, labels: tuple[tuple[str, str], ...] = ()) -> float:
+        return after[name][labels] - before.get(name, {}).get(labels, 0.0)
+
+    assert delta("ans_discover_scan_batch_sum") == 12
+    scans = delta("ans_discover_scan_batch_count")
+    assert 1 <= scans <= 12
+    assert delta("ans_discover_scan_batch_bucket", (("le", "+Inf"),)) == scans
 
 
 def test_readyz_is_ready_on_a_running_server(ans: RunningServer) -> None:
