@@ -10,9 +10,10 @@ payload::
      "agent_id", "owner_id", "task_id", "session_id",
      "request_id", "response_id", "previous_audit_id"}
 
-``request_hash`` is the SHA-256 (hex) of ``METHOD SP target LF`` followed by
-the request body as received (target ``/`` when the request line had none,
-or on HTTP/2); ``response_hash`` the SHA-256 of the response body, so the
+``request_hash`` is the SHA-256 (hex) of ``METHOD SP target LF`` in UTF-8
+followed by the request body as received (target ``/`` when the request line
+had none or the request was ``POST /agtp``; on HTTP/2 the percent-decoded
+``:path``); ``response_hash`` the SHA-256 of the response body, so the
 signature covers the answer's bytes. ``Audit-ID`` is SHA-256 of the JWS
 compact serialization; each record names the previous one this server
 process emitted (``previous_audit_id``, 64 zeros for the first): one chain
@@ -55,7 +56,9 @@ def uuid7(now_ms: int, random: bytes) -> str:
 
 
 def request_hash(method: str, target: str | None, body: bytes) -> str:
-    h = hashlib.sha256(f"{method} {target or '/'}\n".encode("latin-1"))
+    # UTF-8: on HTTP/2 the target is the percent-decoded :path, which may hold
+    # any character (the native framing's request line is ASCII).
+    h = hashlib.sha256(f"{method} {target or '/'}\n".encode("utf-8", "surrogatepass"))
     h.update(body)
     return h.hexdigest()
 

@@ -297,3 +297,32 @@ def test_a_262_refusal_is_audited(srv: RunningServer) -> None:
     record = audited()[-1]
     assert record["event"] == "authentication_failed"
     assert record["code"] == "authorization_required"  # ANS's own code (the wire's is kebab-case)
+
+
+@pytest.mark.parametrize(
+    ("method", "raw_path", "decoded"),
+    [
+        ("DESCRIBE", "/agents/%E2%82%AC", "/agents/\u20ac"),
+        ("DISCOVER", "/%E2%82%AC", "/\u20ac"),
+        ("DESCRIBE", "/agents/%ff%fe", "/agents/\ufffd\ufffd"),
+    ],
+)
+def test_a_path_beyond_latin_1_gets_a_typed_newer_refusal(
+    srv: RunningServer, jwks: dict[str, Any], method: str, raw_path: str, decoded: str
+) -> None:
+    """The Attribution-Record's request_hash took the target as Latin-1, so a
+    percent-encoded path beyond it answered an empty 500."""
+    import hashlib
+
+    body = b'{"intent": "audit contracts"}' if method == "DISCOVER" else b""
+    headers = {"agent-id": "agtp://a.example/agents/b", "owner-id": "me",
+               "content-type": "application/vnd.agtp+json"}
+    with httpx.Client(base_url=srv.url, http1=False, http2=True, timeout=20) as client:
+        resp = client.request(method, raw_path, content=body, headers=headers)
+    assert 400 <= resp.status_code < 500, resp.content
+    answer = AgtpResponse(resp.status_code, dict(resp.headers), resp.json(), resp.content)
+    assert (answer.error or {}).get("code") and (answer.error or {}).get("detail"), resp.content
+    check_dialect(answer, NEWER, jwks)
+    record = verify_attribution(answer, jwks)
+    line = f"{method} {decoded}\n".encode()
+    assert record["request_hash"] == hashlib.sha256(line + body).hexdigest()
