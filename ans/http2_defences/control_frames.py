@@ -22,6 +22,14 @@ its answer out of its priority tree; after 1,000 the next request raised
 ``TooManyStreamsError`` and killed the connection with a traceback. It now
 ends with GOAWAY ENHANCE_YOUR_CALM, and the client reconnects.
 
+**A request whose :method or :path is not ASCII** (RFC 9113 8.3.1: a
+request-target is ASCII; such a request is malformed) made hypercorn raise
+while it built the stream and dropped the whole connection, with every
+request in flight on it, and the traceback logged the client's first bytes
+(request bodies included). Such a stream is now reset (PROTOCOL_ERROR, RFC
+9113 8.1.1) before hypercorn sees it; the connection and its other streams go
+on, and the log line names the header only.
+
 A flood ends many connections: :class:`CalmLog` writes one line a second at
 most, with a count, since a logger blocked on a slow output stalls the server.
 """
@@ -222,8 +230,27 @@ def _handle_within_budget(handle: Callable[..., Any]) -> Callable[..., Any]:
     return handle_within_budget
 
 
+_ASCII_ONLY = (b":method", b":path")
+
+
+def malformed_pseudo_header(headers: Any) -> str | None:
+    """The first of ``:method`` and ``:path`` whose value is not ASCII, if any."""
+    for name, value in headers or ():
+        if name in _ASCII_ONLY and isinstance(value, bytes) and not value.isascii():
+            return str(name.decode("ascii"))
+    return None
+
+
 def _create_or_calm(create_stream: Callable[..., Any]) -> Callable[..., Any]:
     async def create_or_calm(self: Any, request: h2.events.RequestReceived) -> None:
+        bad = malformed_pseudo_header(request.headers)
+        if bad is not None:
+            log.warning("http2 stream reset: pseudo-header not ASCII", header=bad)
+            self.connection.reset_stream(
+                request.stream_id, error_code=h2.errors.ErrorCodes.PROTOCOL_ERROR
+            )
+            await self._flush()
+            return
         try:
             await create_stream(self, request)
         except TooManyStreamsError:

@@ -234,6 +234,39 @@ def test_an_early_answer_costs_only_its_own_request(
         client.close()
 
 
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("DISCOVER", "/agents/caf\u00e9"), ("DESCRIBE", "/agents/\u20ac"), ("DISC\u00d6VER", "/")],
+)
+def test_a_request_with_a_non_ascii_pseudo_header_is_reset_alone(
+    demo: RunningServer, method: str, path: str
+) -> None:
+    """RFC 9113 8.3.1: such a request is malformed, a stream error (PROTOCOL_ERROR).
+    hypercorn raised on it and dropped the connection, the requests in flight
+    on it too, and logged the client's bytes: here a secret in its body."""
+    secret = f"secret-{time.monotonic_ns()}"
+    body = json.dumps({"method": "DISCOVER", "parameters": {"intent": "audit contracts"},
+                       "client_context": {"token": secret}}).encode()
+    client = RawH2(demo.url)
+    try:
+        good = client.start("DISCOVER", "/")  # its body still to come
+        bad = client.start(method, path, flush=False)
+        client.finish(bad, body)  # the bad request whole, in one write
+        assert client.wait(bad, reset=True).reset == h2.errors.ErrorCodes.PROTOCOL_ERROR
+        client.finish(good)
+        assert_answered(client.wait(good))
+        again = client.start("DISCOVER", "/")  # the connection is still usable
+        client.finish(again)
+        assert_answered(client.wait(again))
+        assert not client.terminated
+    finally:
+        client.close()
+    ask_once(demo.url)
+    logged = "".join(demo.output)
+    assert secret not in logged
+    assert "pseudo-header not ASCII" in logged
+
+
 def test_data_on_a_closed_stream_is_a_stream_closed_error(demo: RunningServer) -> None:
     """h2spec http2/5.1/11: DATA on a stream both sides have ended is a
     STREAM_CLOSED error (RST_STREAM, or GOAWAY: RFC 9113 section 5.1), sent at
