@@ -33,6 +33,7 @@ from .config import Config
 from .datadir_lock import DataDirLock
 from .freshness_runner import FreshnessRunner
 from .gate import RequestGate
+from .loop_errors import unhandled_in_loop
 from .mcp import ws_heartbeat
 from .mcp.ws import MAX_FRAME as MCP_MAX_FRAME
 from .mcp.ws_backend import build_mdns
@@ -280,6 +281,7 @@ def serve_forever(
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        loop.set_exception_handler(unhandled_in_loop)  # no request bytes in the log
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         native = None
