@@ -164,7 +164,8 @@ class McpSurface:
 
     # -- routing and parsing ----------------------------------------------------------
     def route(self, method: str, path: str) -> Route:
-        rest = path[len(self.base) :].rstrip("/")
+        rest = path[len(self.base) :]
+        rest = rest[:-1] if rest.endswith("/") else rest  # one trailing slash, not an id's
         if rest == "/agents":
             if method == "POST":
                 return Route("announce", ANNOUNCE)

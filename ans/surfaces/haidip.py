@@ -203,7 +203,8 @@ class HaidipSurface:
             if method != "GET":
                 raise wrong_method(method, "GET")
             return Route("card", DESCRIBE)
-        rest = path[len(self.base) :].rstrip("/")
+        rest = path[len(self.base) :]
+        rest = rest[:-1] if rest.endswith("/") else rest  # one trailing slash, not an id's
         if rest == "/openapi.json":
             if method != "GET":
                 raise wrong_method(method, "GET")
@@ -222,6 +223,8 @@ class HaidipSurface:
             agent_id = rest[len("/agents/") :]
             if len(agent_id) > MAX_AGENT_ID_CHARS:
                 raise NotFound(f"no agent with an id of {len(agent_id)} characters")
+            if not agent_id or "/" in agent_id:  # e.g. /agents/%2F: no id holds a slash
+                raise NotFound(f"{path[:100]} names no agent")
             if method != "GET":
                 raise wrong_method(method, "GET")
             return Route("get", DESCRIBE, agent_id)

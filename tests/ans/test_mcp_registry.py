@@ -324,6 +324,8 @@ def test_schema_and_version_errors(make_world: Any) -> None:
     assert status == 400
     assert w.call("DELETE", f"{BASE}/agents")[0] == 400
     assert w.call("GET", f"{BASE}/nothing")[0] == 404
+    assert w.call("GET", f"{BASE}/agents//")[0] == 404  # /agents/%2F: no id, not the list
+    assert w.call("GET", f"{BASE}/agents/")[0] == 200  # one trailing slash is the list
     assert w.call("POST", f"{BASE}/query", {"protocol_version": "v1.0", "query": {}})[0] == 400
 
 

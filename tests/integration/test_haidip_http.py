@@ -390,6 +390,8 @@ def test_refusals_are_haidip_errors_and_audited(c: httpx.Client, srv: RunningSer
         ("DELETE", f"{BASE}/agents/translator-001", b"", READER, 405, "MethodNotAllowed"),
         ("GET", f"{BASE}/agents?colour=red", b"", READER, 400, "InvalidInput"),
         ("GET", f"{BASE}/agents/no-such-agent", b"", READER, 404, "NotFound"),
+        ("GET", f"{BASE}/agents/%2F", b"", READER, 404, "NotFound"),  # not the list
+        ("GET", f"{BASE}/agents//", b"", READER, 404, "NotFound"),
         ("POST", f"{BASE}/agents", orjson.dumps(ledger_card()), {}, 401, "Unauthorized"),
         ("POST", f"{BASE}/agents", b'{"id": "x"}', WRITER, 422, "InvalidCard"),
         ("POST", f"{BASE}/agents", orjson.dumps(ledger_card()), READER, 403, "Forbidden"),
