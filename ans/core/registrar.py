@@ -31,6 +31,7 @@ from ans.protocol.errors import (
     Conflict,
     ErrorCode,
     Gone,
+    InvalidCapabilities,
     SignatureInvalid,
     UnknownSigningKey,
 )
@@ -61,6 +62,18 @@ def check_not_expired(caps: Mapping[str, Any], now: float) -> None:
         raise Conflict(
             f"expires_at {str(caps['expires_at'])[:40]} has passed; refresh the metadata",
             code=ErrorCode.STALE_METADATA,
+        )
+
+
+def check_not_future_dated(caps: Mapping[str, Any], now: float, skew: float) -> None:
+    """Self-asserted metadata whose ``updated_at`` is ahead of this server's
+    clock by more than ``skew`` seconds is refused (422): admitted, it would
+    make every later update look older than the stored record."""
+    updated = epoch(caps.get("updated_at"))
+    if updated is not None and updated > now + skew:
+        raise InvalidCapabilities(
+            f"capabilities.updated_at {str(caps['updated_at'])[:40]} is in the future "
+            f"(beyond {int(skew)} s of clock skew)"
         )
 
 
@@ -261,6 +274,7 @@ class Registrar:
         ctx = self.ctx
         caps = check_metadata(metadata)
         check_not_expired(caps, ctx.clock().timestamp())
+        check_not_future_dated(caps, ctx.clock().timestamp(), ctx.config.lifecycle_max_skew)
         owner = owner if owner is not None else identity.principal_id
         now = rfc3339(ctx.clock())
         manifest = self_asserted_manifest(caps, source=source, owner=owner, zone=zone, now=now)
@@ -366,6 +380,12 @@ class Registrar:
         if previous.capabilities == caps:
             return previous.lifecycle_state == ACTIVE and cid in self.index.registry
         new, old = epoch(caps.get("updated_at")), epoch(previous.capabilities.get("updated_at"))
+        if new is None and old is not None:  # it cannot be shown newer than the stored
+            raise Conflict(
+                f"the stored record carries updated_at {previous.capabilities['updated_at']}; "
+                "an update must carry one at least as recent",
+                code=ErrorCode.STALE_METADATA,
+            )
         if new is not None and old is not None and new < old:
             raise Conflict(
                 f"updated_at {caps['updated_at']} is older than the stored "

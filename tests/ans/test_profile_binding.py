@@ -657,6 +657,20 @@ def test_put_refusals(make_world: Any) -> None:
     older = {**MINIMAL, "updated_at": "2026-11-01T00:00:00Z"}
     status, _, body = w.call("PUT", PUT_PATH, older, scope=reg)
     assert assert_profile_error(status, body, "stale_metadata")["detail"] == "stale_metadata"
+    # ... and so is an update without updated_at: it cannot be shown newer
+    status, _, body = w.call("PUT", PUT_PATH, {**MINIMAL, "name": "Renamed"}, scope=reg)
+    assert assert_profile_error(status, body, "stale_metadata")["detail"] == "stale_metadata"
+    # metadata dated ahead of the server's clock (beyond the skew) is refused, so
+    # that it cannot lock every later update out as stale
+    far = {**MINIMAL, "updated_at": "9999-12-31T00:00:00Z"}
+    status, _, body = w.call("PUT", PUT_PATH, far, scope=reg)
+    err = assert_profile_error(status, body, "invalid_request")
+    assert "in the future" in err["message"], err
+    soon = NOW + timedelta(seconds=60)  # within the skew
+    status, _, body = w.call(
+        "PUT", PUT_PATH, {**MINIMAL, "updated_at": soon.strftime("%Y-%m-%dT%H:%M:%SZ")}, scope=reg
+    )
+    assert status == 200, body
 
 
 def test_put_in_token_mode_is_gated(make_world: Any) -> None:
