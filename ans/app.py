@@ -166,7 +166,10 @@ class AnsApp:
         if scope["method"] in HTTP_METHODS:  # `:method DISCOVER` stays AGTP on any path
             for surface in self.surfaces:
                 if surface.owns(scope["path"]):
-                    await surface.handle(scope, receive, send)
+                    # HEAD is GET without the body (RFC 9110 9.3.2): the surfaces
+                    # route a GET, and hypercorn sends no body for a HEAD
+                    routed = {**scope, "method": "GET"} if scope["method"] == "HEAD" else scope
+                    await surface.handle(routed, receive, send)
                     return
         task_id: str | None = None
         method: str | None = None

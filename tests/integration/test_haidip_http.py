@@ -421,6 +421,15 @@ def test_well_known_card_and_openapi(c: httpx.Client) -> None:
     # invoke is the gateway's (ans/surfaces/haidip_invoke.py): READER lacks agents:invoke
     r = c.post(f"{BASE}/agents/translator-001/invoke", content=b"{}", headers=READER)
     assert r.status_code == 403 and r.json()["error"]["detail"] == "scope_violation"
+    # HEAD wherever GET is served (RFC 9110 9.3.2): GET's status and headers, no body
+    for path, headers in (("/.well-known/agent-card.json", {}), (f"{BASE}/agents", READER),
+                          (f"{BASE}/openapi.json", {}), (f"{BASE}/agents/no-such", READER)):
+        got, head = c.get(path, headers=headers), c.head(path, headers=headers)
+        assert head.status_code == got.status_code, (path, head.status_code)
+        assert head.content == b""
+        assert head.headers.get("content-type") == got.headers.get("content-type")
+        if "content-length" in got.headers:
+            assert head.headers.get("content-length") == got.headers["content-length"]
 
 
 def search_pick_get(c: httpx.Client, keys: TrustedKeys) -> dict[str, Any]:
