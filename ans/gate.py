@@ -247,8 +247,9 @@ class RequestGate:
         task_id: str | None,
         forwarded: bool = False,
     ) -> Authenticated:
-        if self.mode == "token":
-            creds.zone()  # a malformed AGTP-Zone-ID is a 400, before the 401 checks
+        # A malformed AGTP-Zone-ID is a 400 in every mode (AGTP-02 defines the
+        # header; only a token's zone claim reads it), before the 401 checks.
+        creds.zone()
         try:
             if creds.api_key is not None:
                 # An API key authenticates in every mode, instead of the mode's credential.

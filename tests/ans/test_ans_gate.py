@@ -259,6 +259,16 @@ def test_zone_claim_against_the_zone_header(make_app: Any) -> None:
     assert status == 400 and body["error"]["code"] == "invalid_agtp_zone_id"
 
 
+@pytest.mark.parametrize("mode", ["open", "mtls"])
+def test_a_malformed_zone_header_is_a_400_in_every_mode(make_app: Any, mode: str) -> None:
+    app, _, _ = make_app(mode)
+    status, _, body = call(app, headers={"agtp-zone-id": "%%%"})
+    assert status == 400 and body["error"]["code"] == "invalid_agtp_zone_id", body
+    status, _, body = call(app, headers={"agtp-zone-id": "zone:public"})
+    assert (body.get("error") or {}).get("code") != "invalid_agtp_zone_id", body
+    assert status == (200 if mode == "open" else 401)  # mtls: no client certificate
+
+
 def test_describe_of_the_ans_itself_needs_no_token(make_app: Any) -> None:
     app, svc, _ = make_app("token")
     status, _, body = call(app, "DESCRIBE")
