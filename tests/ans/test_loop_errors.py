@@ -46,6 +46,15 @@ def test_a_chained_exception_message_never_reaches_the_log() -> None:
     assert "s3cr3t" not in repr(entry)
 
 
+def test_a_message_that_may_quote_the_request_is_not_logged() -> None:
+    exc = ValueError("Received header value surrounded by whitespace b' Bearer s3cr3t'")
+    with capture_logs() as logs:
+        unhandled_in_loop(None, {"message": "Task exception was never retrieved", "exception": exc})
+    (entry,) = logs
+    assert entry["error"] == "ValueError" and "detail" not in entry
+    assert "s3cr3t" not in repr(entry)
+
+
 def test_a_context_without_an_exception_is_logged_bounded() -> None:
     loop = asyncio.new_event_loop()
     try:
