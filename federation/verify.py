@@ -117,22 +117,26 @@ class Expectation:
 
 
 def parse_reply(reply: PeerReply, max_bytes: int) -> dict[str, Any]:
-    """The ``result`` object of a 200 answer, or PeerRejected naming the problem."""
+    """The ``result`` object of a 200 answer, or PeerRejected naming the problem.
+    A non-200 is ``peer_error`` whatever its body (a proxy's HTML 502 too),
+    with the AGTP error code when the body carries one."""
     try:
-        doc = jsonstrict.loads(reply.body, max_bytes=max_bytes)
+        doc: Any = jsonstrict.loads(reply.body, max_bytes=max_bytes)
     except AgtpError as exc:
+        if reply.status != 200:
+            raise PeerRejected(f"peer answered {reply.status}", "peer_error") from None
         raise PeerRejected(
             f"answer is not strict JSON: {exc.message}", "peer_bad_response"
         ) from None
-    if not isinstance(doc, dict):
-        raise PeerRejected("answer is not a JSON object", "peer_bad_response")
     if reply.status != 200:
-        err = doc.get("error")
+        err = doc.get("error") if isinstance(doc, dict) else None
         code = err.get("code") if isinstance(err, dict) else None
         raise PeerRejected(
             f"peer answered {reply.status} {str(code)[:60] if code else ''}".rstrip(),
             "peer_error",
         )
+    if not isinstance(doc, dict):
+        raise PeerRejected("answer is not a JSON object", "peer_bad_response")
     result = doc.get("result")
     if not isinstance(result, dict):
         raise PeerRejected("answer has no result object", "peer_bad_response")

@@ -1206,3 +1206,27 @@ def test_preferred_agent_unknown_here_never_comes_back_from_a_peer(world: World)
     }
     assert sorted(labels(got)) == ["local-auditor", "remote-auditor"]
     assert_signed_by(got, a)
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "code", "said"),
+    [
+        (502, b"<html><body>Bad Gateway</body></html>", "peer_error", "peer answered 502"),
+        (503, b"", "peer_error", "peer answered 503"),
+        (500, b"[1, 2]", "peer_error", "peer answered 500"),
+        (451, b'{"error": {"code": "scope_violation"}}', "peer_error", "451 scope_violation"),
+        (200, b"<html></html>", "peer_bad_response", "not strict JSON"),
+        (200, b"[1]", "peer_bad_response", "not a JSON object"),
+        (200, b'{"status": 200}', "peer_bad_response", "no result object"),
+    ],
+)
+def test_a_peer_reply_is_judged_by_its_status_first(
+    status: int, body: bytes, code: str, said: str
+) -> None:
+    """A proxy's HTML 502 is the peer's error (peer_error), not a bad answer."""
+    from ans.federation.transport import PeerReply
+    from ans.federation.verify import PeerRejected, parse_reply
+
+    with pytest.raises(PeerRejected) as exc:
+        parse_reply(PeerReply(status, body), 1 << 20)
+    assert exc.value.code == code and said in exc.value.message
