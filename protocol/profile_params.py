@@ -298,12 +298,14 @@ def parse_query(p: Mapping[str, Any], max_len: int) -> str | None:
         if not isinstance(v, str):
             raise InvalidParameter(name, "must be a string")
         v = " ".join(v.split())
+        if not v:  # a blank text asks for nothing: never the unfiltered index
+            raise InvalidParameter(name, "must not be blank (omit it to ask on the filters alone)")
         if len(v) > max_len:
             raise InvalidParameter(name, f"must be at most {max_len} characters")
         texts.append(v)
     if len(texts) == 2 and texts[0] != texts[1]:
         raise InvalidParameter("query", "is an alias of intent: give one, or the same text")
-    return texts[0] or None if texts else None
+    return texts[0] if texts else None
 
 
 def parse_profile_params(p: Mapping[str, Any], max_intent_len: int) -> ProfileParams:

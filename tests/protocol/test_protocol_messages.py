@@ -14,6 +14,7 @@ from ans.protocol.errors import (
     ERROR_CODES,
     AgtpError,
     BodyTooLarge,
+    ErrorCode,
     HeaderTooLarge,
     InvalidBody,
     InvalidHeader,
@@ -476,7 +477,6 @@ def test_invalid_parameter(name: str, value: Any) -> None:
         ("behavioral_trust_min", 0.5),
         ("org_domain", "localhost"),
         ("intent", "x" * 2000),
-        ("intent", "   "),
         ("scope_negotiate", False),
     ],
 )
@@ -484,8 +484,14 @@ def test_boundary_values_accepted(name: str, value: Any) -> None:
     discover({name: value})
 
 
-def test_blank_intent_becomes_none() -> None:
-    assert discover({"intent": " \t\n "}).params.intent is None
+def test_a_blank_intent_is_refused_and_an_absent_one_asks_on_the_filters() -> None:
+    """A blank text asks for nothing: a 422, never the index ranked on trust
+    alone (which a DISCOVER without an intent asks for, as the draft allows)."""
+    for blank in (" \t\n ", ""):
+        with pytest.raises(InvalidParameter) as info:
+            discover({"intent": blank})
+        assert info.value.code == ErrorCode.INVALID_INTENT and "blank" in info.value.message
+    assert discover({"trust_tier_min": 2}).params.intent is None
 
 
 def test_limit_bound_follows_limits() -> None:

@@ -64,7 +64,8 @@ def test_query_is_an_alias_of_intent() -> None:
     assert refused({"intent": "x", "query": "y"}).code == ErrorCode.INVALID_QUERY
     assert refused({"query": 3}).code == ErrorCode.INVALID_QUERY
     assert refused({"query": "a" * 2001}).code == ErrorCode.INVALID_QUERY
-    assert parse({"query": "   "}).intent is None
+    assert refused({"query": "   "}).code == ErrorCode.INVALID_QUERY
+    assert parse({}).intent is None
 
 
 def test_tags_are_normalized_like_the_index() -> None:
