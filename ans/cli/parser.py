@@ -6,6 +6,7 @@ import argparse
 import math
 import os
 from pathlib import Path
+from typing import NoReturn
 
 from .. import __version__
 from .mcp import add_mcp_parser
@@ -25,6 +26,33 @@ def finite_float(text: str) -> float:
     return value
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A usage error is one line on stderr, naming the command and its --help
+    (argparse prints the whole usage first), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def timeout_seconds(text: str) -> float:
+    """A timeout: a finite number of seconds above 0, at most an hour."""
+    value = finite_float(text)
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text!r} is not from above 0 to 3600 seconds")
+    return value
+
+
+def readable_file(text: str) -> str:
+    """A file that exists and can be read (a CA bundle: its absence named here,
+    not as a connection failure to the server)."""
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text[:200]!r} is not a file")
+    if not os.access(path, os.R_OK):
+        raise argparse.ArgumentTypeError(f"{text[:200]!r} cannot be read")
+    return text
+
+
 def _add_identity(p: argparse.ArgumentParser, scope: str) -> None:
     p.add_argument(
         "--server",
@@ -39,12 +67,16 @@ def _add_identity(p: argparse.ArgumentParser, scope: str) -> None:
         help="Principal-ID header, Owner-ID in the newer dialect (default: $USER)",
     )
     p.add_argument("--scope", default=scope, help=f"Authority-Scope header (default {scope!r})")
-    p.add_argument("--cacert", default=None, help="CA bundle for https and agtp servers")
-    p.add_argument("--timeout", type=float, default=10.0)
+    p.add_argument(
+        "--cacert", type=readable_file, default=None, help="CA bundle for https and agtp servers"
+    )
+    p.add_argument(
+        "--timeout", type=timeout_seconds, default=10.0, help="seconds (default 10)"
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="ans", description="ANS, the AGTP Agent Name Service")
+    ap = OneLineParser(prog="ans", description="ANS, the AGTP Agent Name Service")
     ap.add_argument("--version", action="version", version=f"ans {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
 
@@ -132,7 +164,9 @@ def _parser() -> argparse.ArgumentParser:
     im.add_argument(
         "--concurrency", type=int, default=16, help="with --server: ACTIVATEs in flight"
     )
-    im.add_argument("--cacert", default=None, help="with --server: CA bundle for https")
+    im.add_argument(
+        "--cacert", type=readable_file, default=None, help="with --server: CA bundle for https"
+    )
 
     ic = sub.add_parser(
         "import-cards",

@@ -159,3 +159,19 @@ def test_discover_json_keeps_stdout_json_and_a_closed_pipe_is_quiet(server: Any)
     _, err = proc.communicate(timeout=60)
     assert "Broken pipe" not in err and "Traceback" not in err, err
     assert "BrokenPipeError" not in err
+
+
+def test_bad_flags_are_named_on_one_line(tmp_path: Path) -> None:
+    """A missing CA bundle is named (it was reported as the server being
+    unreachable), a timeout must be above 0, and argparse's usage errors are
+    one line too."""
+    server = ("--server", "http://127.0.0.1:9")  # never reached
+    missing = str(tmp_path / "no-such-ca.pem")
+    line = one_line_failure(ans("discover", "x", *server, "--cacert", missing), missing)
+    assert "--cacert" in line and "cannot reach" not in line
+    for value in ("0", "-1", "nan"):
+        line = one_line_failure(ans("discover", "x", *server, "--timeout", value), "--timeout")
+        assert "cannot reach" not in line
+    one_line_failure(ans("discover", "x", "--limit", "many"), "--limit", "ans discover --help")
+    one_line_failure(ans("no-such-command"), "no-such-command")
+    assert ans("discover", "x", *server, "--timeout", "0").returncode == 2
