@@ -272,6 +272,13 @@ class SlotPostings:
     # -- snapshot --------------------------------------------------------------------
     def state(self) -> dict[str, npt.NDArray[np.generic]]:
         self.compact()
+        missing = len(self.keys) + 1 - len(self._indptr)
+        if missing > 0:
+            # keys interned for documents removed before any merge (an agent
+            # ACTIVATEd with a new tag, then revoked): no postings, but each key
+            # needs its empty range, or restore() refuses the snapshot
+            tail = np.full(missing, self._indptr[-1], dtype=np.int64)
+            self._indptr = np.concatenate([self._indptr, tail])
         return {
             "indptr": self._indptr,
             "slots": self._slots,

@@ -553,6 +553,43 @@ def test_exact_snapshot_round_trip(tmp_path: Path, embedder: Any) -> None:
     assert profiles[3].canonical_id in again.query(QUERIES[1], None).above(0.0)
 
 
+def test_a_tag_whose_only_agent_left_before_a_merge_keeps_the_snapshot_loadable(
+    tmp_path: Path, embedder: Any
+) -> None:
+    """An agent ACTIVATEd with a tag no other agent has, then removed before its
+    postings were merged, left the tag interned with no range in the saved
+    postings: the next start-up refused the snapshot as inconsistent and
+    rebuilt the index from the store (minutes at 1M agents)."""
+    profiles = make_profiles(40)
+    idx = CapabilityIndex(embedder)
+    idx.upsert_many(list(zip(profiles, idx.embed_profiles(profiles), strict=True)))
+    idx.save(tmp_path / "first", {})
+    odd = make_profiles(1, seed=7)[0]
+    odd = CapabilityProfile("e" * 64, odd.facets, ("a-tag-only-it-has",), odd.examples)
+    idx.upsert(odd)  # one at a time: its postings wait in the delta
+    idx.remove(odd.canonical_id)  # ... and leave it before any merge
+    idx.save(tmp_path / "ix", {})
+    loaded = CapabilityIndex.load(tmp_path / "ix", embedder)
+    assert loaded is not None, "the snapshot was refused"
+    again = loaded[0]
+    assert sorted(again.ids()) == sorted(idx.ids())
+    assert again.query(QUERIES[1], None).above(0.0) == idx.query(QUERIES[1], None).above(0.0)
+    again.upsert(odd)  # the tag is usable again after the load
+    assert odd.canonical_id in again.ids()
+
+
+def test_slot_postings_state_covers_every_interned_key() -> None:
+    p = SlotPostings(width=0)
+    p.put(0, {p.intern("kept"): b""})
+    p.compact()
+    p.put(1, {p.intern("gone"): b""})
+    p.remove(1)
+    state = p.state()
+    assert len(state["indptr"]) == len(p.keys) + 1 == 3
+    again = SlotPostings.restore(0, p.keys, state)
+    assert again.count("kept") == 1 and again.count("gone") == 0
+
+
 def test_a_loaded_index_takes_new_agents_into_its_room_without_copying_its_rows(
     tmp_path: Path, embedder: Any
 ) -> None:
