@@ -70,9 +70,7 @@ def _add_identity(p: argparse.ArgumentParser, scope: str) -> None:
     p.add_argument(
         "--cacert", type=readable_file, default=None, help="CA bundle for https and agtp servers"
     )
-    p.add_argument(
-        "--timeout", type=timeout_seconds, default=10.0, help="seconds (default 10)"
-    )
+    p.add_argument("--timeout", type=timeout_seconds, default=10.0, help="seconds")
 
 
 def _parser() -> argparse.ArgumentParser:
