@@ -23,11 +23,13 @@ framing has no stream ids; a client may pipeline). Bounds:
   client address (more are answered 503 and closed).
 
 Bad framing is answered with its typed 400 and the connection is closed (the
-stream cannot be resynchronised). With ``tls_certfile`` the listener is TLS
-1.3 only (the AGTP draft's minimum); in auth mode ``mtls`` it requires a
-client certificate from ``tls_client_ca`` and hands the verified leaf to the
-gate as the HTTP/2 listener does. Without a certificate it is cleartext, like
-h2c: for loopback and development.
+stream cannot be resynchronised): half-closed first, on cleartext, while what
+the client still sends is dropped (``LINGER_SECONDS``, ``LINGER_BYTES``), so
+that closing with unread input does not reset the connection under the 400.
+With ``tls_certfile`` the listener is TLS 1.3 only (the AGTP draft's minimum);
+in auth mode ``mtls`` it requires a client certificate from ``tls_client_ca``
+and hands the verified leaf to the gate as the HTTP/2 listener does. Without a
+certificate it is cleartext, like h2c: for loopback and development.
 """
 
 from __future__ import annotations
@@ -60,6 +62,12 @@ REQUEST_TIMEOUT = 10.0
 WRITE_TIMEOUT = 30.0
 MAX_CONNECTIONS = 1024
 MAX_PER_CLIENT = 64
+# After a framing error's 400: our side is half-closed and what the client is
+# still sending is read and dropped, up to this long and this much, before the
+# close (closing with unread input resets the connection, and a client still
+# sending could lose the 400 it was answered).
+LINGER_SECONDS = 2.0
+LINGER_BYTES = 1 << 20
 SCHEME_TLS = "agtp"
 SCHEME_CLEARTEXT = "agtp+cleartext"
 
@@ -167,6 +175,8 @@ class NativeConnection(asyncio.Protocol):
         self.client: str | None = None  # the peer's address
         self.slot: str | None = None  # what it is counted under in listener.per_client
         self.fresh = True  # no request yet: it must come within request_timeout
+        self.lingering = False  # the 400 sent, our side half-closed: input is dropped
+        self.lingered = 0
         self.writable = asyncio.Event()  # the client reads what we write
         self.writable.set()
 
@@ -206,6 +216,11 @@ class NativeConnection(asyncio.Protocol):
         self.writable.set()
 
     def data_received(self, data: bytes) -> None:
+        if self.lingering:
+            self.lingered += len(data)
+            if self.lingered > LINGER_BYTES:
+                self.abort()
+            return
         if self.closing:
             return
         try:
@@ -237,6 +252,8 @@ class NativeConnection(asyncio.Protocol):
         self._arm()
 
     def eof_received(self) -> bool:
+        if self.lingering:  # the client has read the 400 and is done
+            return False
         # Answer what was asked, then close (True keeps our side writable).
         self.close_when_done()
         return True
@@ -299,12 +316,29 @@ class NativeConnection(asyncio.Protocol):
         finally:
             self.worker = None
             if self.closing and self.transport is not None:
-                self.transport.close()
+                if self.parser.failed is not None:
+                    self._linger()
+                else:
+                    self.transport.close()
             else:
                 self.idle_since = asyncio.get_running_loop().time()
                 self._arm()
                 if self.draining:
                     self._close_when_nothing_came()
+
+    def _linger(self) -> None:
+        """Close after a framing error's 400 without resetting the connection:
+        half-close, drop what the client still sends (bounded), then close."""
+        t = self.transport
+        if t is None or t.is_closing():
+            return
+        if not t.can_write_eof():  # TLS: no half-close; close as before
+            t.close()
+            return
+        self.lingering = True
+        t.write_eof()  # after the 400 already written
+        t.resume_reading()
+        asyncio.get_running_loop().call_later(LINGER_SECONDS, self.abort)
 
     def _write(self, answer: Answer) -> None:
         if self.transport is None or self.transport.is_closing():

@@ -228,6 +228,38 @@ def test_bad_frames_get_typed_400s(demo: RunningServer, head: bytes, code: str) 
     assert body_of(error)["error"]["code"] == code
 
 
+def test_a_refused_body_still_being_sent_does_not_cost_the_client_its_400(
+    demo: RunningServer,
+) -> None:
+    """The server closes after a framing error's 400. Closing with the client's
+    unread body in the socket reset the connection, and the reset could discard
+    the 400 before the client read it. Now the server half-closes and drops
+    the rest (bounded): the client reads the 400, then a clean end of stream."""
+    assert demo.native_url is not None
+    declared = 262_145  # over max_body_bytes: refused from the head alone
+    for _attempt in range(3):
+        with NativeClient(demo.native_url) as nc:
+            failures: list[BaseException] = []
+
+            def keep_sending(sock: socket.socket = nc.sock) -> None:
+                try:
+                    sock.sendall(b"AGTP/1.0 DISCOVER\r\nContent-Length: %d\r\n\r\n" % declared)
+                    for _ in range(declared // 16_384):
+                        sock.sendall(b"x" * 16_384)
+                except OSError as exc:
+                    failures.append(exc)
+
+            sender = threading.Thread(target=keep_sending)
+            sender.start()
+            try:
+                (error,) = nc.read_until_closed()  # ConnectionResetError before the fix
+            finally:
+                sender.join(timeout=10)
+            assert error.status == 400
+            assert body_of(error)["error"]["code"] == "body_too_large"
+            assert not failures, failures  # the body was read (and dropped), not reset
+
+
 def test_at_the_body_limit_is_parsed_not_refused(demo: RunningServer) -> None:
     """256 KiB exactly passes the framing (and then fails as JSON, typed)."""
     assert demo.native_url is not None
