@@ -21,6 +21,7 @@ import numpy as np
 import orjson
 
 from .errors import BodyTooLarge, MalformedJson
+from .jcs import DIGITS_AS_ZEROS
 
 DEFAULT_MAX_BYTES = 256 * 1024
 MAX_DEPTH = 32
@@ -59,7 +60,6 @@ _DECODER = json.JSONDecoder(
 _EXACT = json.JSONDecoder(parse_constant=_reject_constant, strict=True)
 # Integers orjson keeps exact: 64 bits, i.e. any of up to 19 digits, 18 if negative.
 _LONG_POSITIVE, _LONG_NEGATIVE = 20, 19
-_DIGITS_AS_ZEROS = bytes(48 if 48 <= b <= 57 else 32 for b in range(256))
 _FRACTION_OR_EXPONENT = np.frombuffer(b".eE+", dtype=np.uint8)
 _EXPONENT = np.frombuffer(b"eE", dtype=np.uint8)
 
@@ -113,7 +113,7 @@ def _has_long_integer(skeleton: bytes) -> bool:
 
     A bytes search rules out most bodies; only one with a run of 19 digits
     looks at every run, vectorised (a regex costs ~20 ns a byte on digits)."""
-    if b"0" * _LONG_NEGATIVE not in skeleton.translate(_DIGITS_AS_ZEROS):
+    if b"0" * _LONG_NEGATIVE not in skeleton.translate(DIGITS_AS_ZEROS):
         return False
     text = np.frombuffer(b"  " + skeleton + b" ", dtype=np.uint8)  # room before and after
     edges = np.diff((text - ord("0") < 10).view(np.int8))  # +1 where a run starts, -1 after it

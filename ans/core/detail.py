@@ -194,11 +194,10 @@ def drop_unsignable_documents(result: dict[str, Any]) -> int:
     Called only once canonicalizing the whole result failed."""
     dropped, first = 0, ""
     for item in result.get("results", []):
-        where = next(
-            (w for section in REDACTABLE if section in item
-             if (w := unsafe_integer(item[section], section)) is not None),
-            None,
-        )
+        where = None
+        for section in REDACTABLE:
+            if section in item and (where := unsafe_integer(item[section], section)):
+                break
         if where is None:
             continue
         for section in (*REDACTABLE, "redacted", "redacted_fields"):

@@ -273,8 +273,9 @@ class Registrar:
     ) -> dict[str, Any]:
         ctx = self.ctx
         caps = check_metadata(metadata)
-        check_not_expired(caps, ctx.clock().timestamp())
-        check_not_future_dated(caps, ctx.clock().timestamp(), ctx.config.lifecycle_max_skew)
+        at = ctx.clock().timestamp()
+        check_not_expired(caps, at)
+        check_not_future_dated(caps, at, ctx.config.lifecycle_max_skew)
         owner = owner if owner is not None else identity.principal_id
         now = rfc3339(ctx.clock())
         manifest = self_asserted_manifest(caps, source=source, owner=owner, zone=zone, now=now)
